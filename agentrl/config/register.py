@@ -1,0 +1,71 @@
+"""Registers every schema and every recipe in Hydra's ConfigStore (idempotent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from agentrl.config import agent, env, inference, logger, model, paths, reward, sandbox, trainer
+from agentrl.config.locate import project_root, recipes_dir
+from agentrl.config.schema import RunConfig
+
+# group -> option -> schema. Each conf/<group>/<option>.yaml extends /schema/<group>/<option>.
+SCHEMAS: dict[str, dict[str, type]] = {
+    "env": {"gridsim": env.GridSimEnvConfig, "arith": env.ArithEnvConfig, "custom": env.EnvConfig},
+    "agent": {
+        "tool_calling": agent.ToolCallingAgentConfig,
+        "co_evolution": agent.CoEvolutionAgentConfig,
+        "thinker_verifier": agent.ThinkerVerifierAgentConfig,
+        "adversarial": agent.AdversarialAgentConfig,
+    },
+    "reward": {
+        "env_score": reward.EnvScoreRewardConfig,
+        "mean_scores": reward.MeanScoresRewardConfig,
+        "asymmetric": reward.AsymmetricRewardConfig,
+    },
+    "trainer": {
+        "grpo": trainer.GRPOTrainerConfig,
+        "sft": trainer.SFTTrainerConfig,
+        "miles": trainer.MilesTrainerConfig,
+    },
+    "model": {"tiny": model.TinyModelConfig, "hf": model.HFModelConfig},
+    "inference": {
+        "embedded": inference.EmbeddedInferenceConfig,
+        "sglang": inference.SGLangInferenceConfig,
+    },
+    "sandbox": {"local": sandbox.LocalSandboxConfig, "docker": sandbox.DockerSandboxConfig},
+    "logger": {"mlflow": logger.MLflowLoggerConfig},
+    "paths": {"default": paths.PathsConfig},
+}
+
+_registered = False
+
+
+def recipe_names(folder: Path | None = None) -> list[str]:
+    """Names of the recipes that exist, sorted."""
+    folder = folder or recipes_dir()
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def register_configs() -> None:
+    """Store schemas under `schema/<group>` and recipes under group `recipe`; resolvers too."""
+    global _registered
+    if _registered:
+        return
+    if not OmegaConf.has_resolver("agentrl_root"):
+        OmegaConf.register_new_resolver("agentrl_root", lambda: str(project_root()))
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    for group, options in SCHEMAS.items():
+        for name, node in options.items():
+            cs.store(group=f"schema/{group}", name=name, node=node)
+    folder = recipes_dir()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"agentrl: the recipes folder {folder} is missing; reinstall agentrl")
+    for name in recipe_names(folder):
+        # The recipe group must exist wherever agentrl runs: Hydra silently adds a string key for
+        # `+recipe=X` when the group is missing from the search path.
+        cs.store(group="recipe", name=name, node=OmegaConf.load(folder / f"{name}.yaml"), package="_global_")
+    _registered = True

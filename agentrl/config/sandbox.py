@@ -1,0 +1,25 @@
+"""Schemas of the `sandbox` group: where an episode's env runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class SandboxConfig:
+    kind: str = "local"
+
+
+@dataclass
+class LocalSandboxConfig(SandboxConfig):
+    kind: str = "local"
+
+
+@dataclass
+class DockerSandboxConfig(SandboxConfig):
+    kind: str = "docker"
+    image: str = "agentrl-sandbox:latest"  # built by `python -m agentrl.envs.sandbox.image build`
+    warm_pool: int = 0  # containers started ahead of time, off each rollout's critical path
+    memory: str = "512m"  # per-container memory limit
+    cpus: float = 1.0  # per-container CPU limit
+    network: str = "none"  # none: no network at all, so 128 episodes need no networks

@@ -1,0 +1,28 @@
+"""The root schema: top-level keys are typed; each group's node is typed by its option's own schema."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import MISSING
+
+
+@dataclass
+class RunConfig:
+    env: Any = MISSING
+    agent: Any = MISSING
+    reward: Any = MISSING
+    trainer: Any = MISSING
+    model: Any = MISSING
+    inference: Any = MISSING
+    sandbox: Any = MISSING
+    logger: Any = MISSING
+    paths: Any = MISSING
+    # Set by +recipe=NAME; a recipe that Hydra could not find would leave a plain string here.
+    recipe: Any = None
+    hparams_search: Any = None
+    task_name: str = "train"
+    seed: int = 0
+    # Compose, validate, instantiate and print the plan; train nothing.
+    dry_run: bool = False

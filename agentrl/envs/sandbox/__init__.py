@@ -1,0 +1,1 @@
+"""Where an episode runs: in the server's process (`local`) or in a container per episode (`docker`)."""

@@ -1,0 +1,96 @@
+"""The task interface every bundle implements: the env server, SFT data builder and tests all use it.
+
+An episode is plain state (no threads, no globals) so thousands can be created cheaply. The server
+calls it from a worker thread; an episode is never called from two threads at once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Turn:
+    """What the agent sees when a turn opens: prompts and the tools it may call this turn."""
+
+    prompt: str
+    system_prompt: str
+    # OpenAI function schemas: {"type": "function", "function": {"name", "description", "parameters"}}.
+    tools: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ToolResult:
+    """A tool's answer. `text` is what the agent reads; `done` says the call ended the episode."""
+
+    text: str
+    is_error: bool = False
+    done: bool = False
+
+
+@dataclass
+class TaskInfo:
+    """Public facts about a task (never its references)."""
+
+    task_id: str
+    split: str
+    index: int
+    toolset: str = "default"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Episode(ABC):
+    """One play of one task."""
+
+    info: TaskInfo
+
+    @abstractmethod
+    def first_turn(self) -> Turn:
+        """The opening turn: system prompt, first user prompt, tools."""
+
+    @abstractmethod
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Answer a tool call. Malformed arguments are answered (is_error=True), never raised."""
+
+    @abstractmethod
+    def end_turn(self, response: str) -> Turn | None:
+        """The agent ended its turn with `response`: the next turn, or None when the episode is over."""
+
+    @property
+    @abstractmethod
+    def done(self) -> bool:
+        """True once the episode is over (graded, out of submissions, or ended)."""
+
+    @abstractmethod
+    def scores(self) -> dict[str, float]:
+        """Named scores of the episode so far, e.g. {"grade": 0.73}; {} when nothing was scored."""
+
+
+class Bundle(ABC):
+    """A set of tasks in named splits. `all` is every task, in split order."""
+
+    name: str
+    version: str
+
+    @abstractmethod
+    def splits(self) -> dict[str, int]:
+        """Split name -> number of tasks (without `all`, which the server adds)."""
+
+    @abstractmethod
+    def task_info(self, split: str, index: int) -> TaskInfo:
+        """Public facts about a task; IndexError/KeyError for a bad index/split."""
+
+    @abstractmethod
+    def episode(self, split: str, index: int) -> Episode:
+        """Start an episode of task `index` of `split`."""
+
+    @abstractmethod
+    def spec(self) -> dict[str, Any]:
+        """Keyword arguments for `agentrl.envs.bundles.load_bundle` that rebuild this bundle elsewhere
+        (e.g. inside a Docker sandbox): {"bundle": <name or absolute folder>, **options}. JSON-safe."""
+
+    def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
+        """A chat transcript of the task played by `teacher`, for SFT. Optional."""
+        raise NotImplementedError(f"bundle {self.name!r} has no demonstrations")
