@@ -1,0 +1,67 @@
+"""The GridSim bundle: stored task packs served as episodes, plus SFT demonstrations."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentrl.envs.bundles import FolderBundle
+from agentrl.envs.task import TaskInfo
+
+from .episode import GridSimEpisode
+from .prompts import PROMPT_STYLES, SUBMIT_SCHEDULE_TOOL, TOOL_NAME, system_prompt, user_prompt
+
+TEACHERS = ("optimal", "greedy")
+# Public facts a TaskInfo may carry; everything else in a record (optimum, greedy) stays hidden.
+_PUBLIC = ("date", "weekday", "season", "settlement_point")
+
+
+class GridSimBundle(FolderBundle):
+    """GridSim v1: one battery, one day of day-ahead prices, graded against the exact optimum."""
+
+    OPTIONS = {"prompt_style": "full"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        style = self.options["prompt_style"]
+        if style not in PROMPT_STYLES:
+            raise ValueError(f"gridsim prompt_style must be one of {PROMPT_STYLES}, not {style!r}")
+        self.prompt_style = style
+        self._infos: dict[tuple[str, int], TaskInfo] = {}
+
+    def task_info(self, split: str, index: int) -> TaskInfo:
+        key = (split, index)
+        info = self._infos.get(key)
+        if info is None:
+            r = self.row(split, index)
+            extra = {k: r[k] for k in _PUBLIC}
+            extra.update(r["battery"])
+            info = TaskInfo(task_id=r["task_id"], split=split, index=index, extra=extra)
+            self._infos[key] = info
+        return info
+
+    def episode(self, split: str, index: int) -> GridSimEpisode:
+        return GridSimEpisode(self.row(split, index), self.task_info(split, index), self.prompt_style)
+
+    def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
+        """The task played by `teacher` (`optimal` or `greedy`) as OpenAI-style chat messages:
+        system, user, assistant calling submit_schedule once, and the tool's answer."""
+        if teacher not in TEACHERS:
+            raise ValueError(f"gridsim teacher must be one of {TEACHERS}, not {teacher!r}")
+        record = self.row(split, index)
+        schedule = record["optimal_schedule" if teacher == "optimal" else "greedy_schedule"]
+        arguments = json.dumps({"schedule": schedule})
+        episode = self.episode(split, index)
+        result = episode.call_tool(TOOL_NAME, {"schedule": schedule})
+        call_id = f"call_{split}_{index}"
+        return [
+            {"role": "system", "content": system_prompt(self.prompt_style)},
+            {"role": "user", "content": user_prompt(record, self.prompt_style)},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": call_id, "name": TOOL_NAME, "content": result.text},
+        ]
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return [SUBMIT_SCHEDULE_TOOL]
