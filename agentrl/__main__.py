@@ -1,0 +1,29 @@
+"""`python -m agentrl +recipe=NAME [overrides]`: compose the run's config with Hydra and run it."""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from agentrl.config import register_configs
+from agentrl.config.locate import conf_dir
+
+register_configs()
+
+
+# An absolute config_path: Hydra resolves a relative one against the module's package, which breaks
+# under a console script and in an installed wheel.
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
+def _hydra_main(cfg: DictConfig) -> float | None:
+    from agentrl.run import run
+
+    return run(cfg)
+
+
+def main() -> None:
+    """Console-script entry point (`agentrl ...`)."""
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Turns a composed config into the run's objects: env bundle, agent, reward, trainer (and what they use)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+# Every _target_ a config may name lives here; Hydra 1.4 will want exactly this whitelist.
+TARGET_PREFIX = "agentrl."
+
+
+class PlanError(ValueError):
+    """The composed config names something that cannot be built."""
+
+
+def import_target(node: DictConfig, where: str) -> Any:
+    """Import `node._target_`, which must live under agentrl.*."""
+    target = node.get("_target_")
+    if not isinstance(target, str) or not target.startswith(TARGET_PREFIX):
+        raise PlanError(f"{where}._target_ must name something under {TARGET_PREFIX}*, got {target!r}")
+    module_name, _, attr = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise PlanError(f"{where}._target_={target} cannot be imported: {exc}") from exc
+
+
+def resolve_target(node: DictConfig, where: str) -> Any:
+    """Import `node._target_` and check that its signature accepts the node's other keys."""
+    obj = import_target(node, where)
+    kwargs = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_target_"}
+    try:
+        inspect.signature(obj).bind(**kwargs)
+    except TypeError as exc:
+        raise PlanError(f"{where}: {node._target_} does not accept the config's keys: {exc}") from exc
+    return obj
+
+
+@dataclass
+class Plan:
+    """Everything a trainer needs, built from one config."""
+
+    cfg: DictConfig
+    choices: dict[str, str | None]
+    run_dir: Path
+    bundle: Any
+    agent: Any
+    reward: Any
+    trainer_cls: type
+    model_factory: Any
+    inference_factory: Any
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self, tracking_uri: str | None = None) -> str:
+        """A human-readable plan of the run."""
+        cfg = self.cfg
+        splits = ", ".join(f"{k}={v}" for k, v in self.bundle.splits().items())
+        lines = [
+            f"recipe     {self.choices.get('recipe') or '(none: the defaults)'}",
+            f"env        {self.choices.get('env')}: bundle {self.bundle.name} v{self.bundle.version} ({splits}); "
+            f"train split {cfg.env.train_split}, eval split {cfg.env.eval_split}",
+            f"server     {cfg.env.server.url or 'started for this run on ' + cfg.env.server.host}, "
+            f"max_concurrent_envs={cfg.env.server.max_concurrent_envs}, sandbox {cfg.sandbox.kind}",
+            f"agent      {self.choices.get('agent')}: {type(self.agent).__name__} (max_turns={cfg.agent.max_turns})",
+            f"reward     {self.choices.get('reward')}: {self.reward!r}",
+            f"trainer    {self.choices.get('trainer')}: {self.trainer_cls.__module__}.{self.trainer_cls.__name__}",
+            f"model      {self.choices.get('model')}: {cfg.model.path}",
+            f"inference  {self.choices.get('inference')}: {cfg.inference._target_}",
+            f"outputs    {self.run_dir}",
+        ]
+        if tracking_uri:
+            lines.append(f"metrics    MLflow {tracking_uri} (experiment {cfg.logger.experiment})")
+        lines += [f"note       {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path) -> Plan:
+    """Instantiate the cheap objects (bundle, agent, reward) and resolve the heavy ones (trainer, model, engine)."""
+    resolve_target(cfg.env, "env")
+    bundle = instantiate(cfg.env)
+    resolve_target(cfg.agent, "agent")
+    agent = instantiate(cfg.agent)
+    resolve_target(cfg.reward, "reward")
+    reward = instantiate(cfg.reward)
+    # Trainers are constructed by run.py with the whole plan, so only their class is resolved here.
+    trainer_cls = import_target(cfg.trainer, "trainer")
+    model_factory = resolve_target(cfg.model, "model")
+    inference_factory = resolve_target(cfg.inference, "inference")
+    for split in (cfg.env.train_split, cfg.env.eval_split):
+        if split not in bundle.splits():
+            raise PlanError(f"env: bundle {bundle.name} has no split {split!r}; it has {sorted(bundle.splits())}")
+    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, model_factory, inference_factory)

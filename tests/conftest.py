@@ -1,0 +1,31 @@
+"""Shared fixtures: isolate every test's outputs and MLflow store from the checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def agentrl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run output (and MLflow's SQLite store) under a temporary root."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("AGENTRL_HOME", str(home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return home
+
+
+def run_cli(args: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300,
+            python: str = sys.executable) -> subprocess.CompletedProcess:
+    """Run `python -m agentrl ARGS` in a subprocess, as a user would."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [python, "-m", "agentrl", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )

@@ -1,0 +1,129 @@
+"""Every group option and every recipe composes; composition mistakes fail naming the problem."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from agentrl.config import register_configs
+from agentrl.config.locate import conf_dir
+from agentrl.config.register import SCHEMAS, recipe_names
+
+GROUPS = ["env", "agent", "reward", "trainer", "model", "inference", "sandbox", "logger", "paths"]
+# Options whose schema has a required value with no default.
+REQUIRED = {("model", "hf"): ["model.path=/data/some-model"], ("env", "custom"): ["env.bundle=/data/bundle"]}
+
+
+@pytest.fixture(autouse=True)
+def hydra_ctx():
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        yield
+    GlobalHydra.instance().clear()
+
+
+def group_options(group: str) -> list[str]:
+    return GlobalHydra.instance().config_loader().get_group_options(group)
+
+
+def validate(cfg) -> dict:
+    """Resolve every interpolation (outside hydra's own node) and refuse any missing value."""
+    job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    return OmegaConf.to_container(job, resolve=True, throw_on_missing=True)
+
+
+def all_options() -> list[tuple[str, str]]:
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return [(g, o) for g in GROUPS for o in group_options(g)]
+
+
+def test_every_group_has_options_and_a_schema_for_each():
+    for group in GROUPS:
+        options = group_options(group)
+        assert options, f"group {group} has no options"
+        assert sorted(options) == sorted(SCHEMAS[group]), f"group {group}: yaml options vs schemas differ"
+
+
+@pytest.mark.parametrize(("group", "option"), all_options())
+def test_option_composes_and_validates(group: str, option: str):
+    cfg = compose("config", overrides=[f"{group}={option}", *REQUIRED.get((group, option), [])],
+                  return_hydra_config=True)
+    assert cfg.hydra.runtime.choices[group] == option
+    container = validate(cfg)
+    assert container[group] is not None
+    if "_target_" in cfg[group]:
+        assert cfg[group]._target_.startswith("agentrl.")
+
+
+def test_recipes_exist():
+    assert {"gridsim_sft", "gridsim_grpo", "arith_co_evolution", "gridsim_miles"} <= set(recipe_names())
+
+
+@pytest.mark.parametrize("recipe", recipe_names())
+def test_recipe_composes_and_is_the_runtime_choice(recipe: str):
+    cfg = compose("config", overrides=[f"+recipe={recipe}"], return_hydra_config=True)
+    assert cfg.hydra.runtime.choices["recipe"] == recipe
+    assert cfg.task_name == recipe  # every recipe names its task, so its runs land in their own folder
+    assert cfg.recipe is None  # the recipe was applied as a config, not added as a string
+    validate(cfg)
+
+
+def test_recipe_overrides_apply_and_cli_wins():
+    cfg = compose("config", overrides=["+recipe=arith_co_evolution"], return_hydra_config=True)
+    assert cfg.hydra.runtime.choices["env"] == "arith"
+    assert cfg.hydra.runtime.choices["agent"] == "co_evolution"
+    assert cfg.reward.correct_weight == 1.2 and cfg.reward.incorrect_weight == 0.8
+    cfg = compose("config", overrides=["+recipe=gridsim_grpo", "trainer.lr=9e-6", "sandbox=docker"],
+                  return_hydra_config=True)
+    assert cfg.trainer.lr == 9e-6
+    assert cfg.hydra.runtime.choices["sandbox"] == "docker"
+
+
+def test_misspelled_key_names_its_full_path():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose("config", overrides=["+recipe=gridsim_grpo", "trainer.warm_start.teacherr=greedy"])
+    assert "teacherr" in str(err.value.__cause__) and "trainer.warm_start.teacherr" in str(err.value.__cause__)
+
+
+def test_wrong_type_names_the_key():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose("config", overrides=["trainer.samples_per_prompt=eight"])
+    cause = str(err.value.__cause__)
+    assert "trainer.samples_per_prompt" in cause and "Integer" in cause
+
+
+def test_unknown_recipe_lists_the_recipes():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose("config", overrides=["+recipe=gridsim_grpoo"])
+    message = str(err.value)
+    assert "recipe/gridsim_grpoo" in message
+    assert "gridsim_grpo" in message.replace("recipe/gridsim_grpoo", "")
+
+
+def test_unknown_top_level_key_is_refused():
+    with pytest.raises(ConfigCompositionException):
+        compose("config", overrides=["sead=1"])
+
+
+def test_defaults_are_the_embedded_cpu_stack():
+    cfg = compose("config", return_hydra_config=True)
+    choices = cfg.hydra.runtime.choices
+    assert (choices["env"], choices["trainer"], choices["model"], choices["inference"], choices["sandbox"]) == (
+        "gridsim", "grpo", "tiny", "embedded", "local")
+    assert cfg.hydra.job.chdir is False
+    # Run directories hang off the project's output root, not the working directory.
+    assert cfg.hydra.run.dir.startswith("${paths.run_root}")
+
+
+def test_hparams_search_space():
+    cfg = compose("config", overrides=["+recipe=gridsim_grpo", "hparams_search=gridsim_optuna"],
+                  return_hydra_config=True)
+    params = cfg.hydra.sweeper.params
+    assert set(params) == {"trainer.lr", "trainer.temperature", "trainer.samples_per_prompt"}
+    assert cfg.hydra.sweeper.direction == "maximize"
