@@ -9,7 +9,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from agentrl.config import register_configs
-from agentrl.config.locate import conf_dir
+from agentrl.config.locate import conf_dir, project_root
 from agentrl.config.register import SCHEMAS, recipe_names
 
 GROUPS = ["env", "agent", "reward", "trainer", "model", "inference", "sandbox", "logger", "paths"]
@@ -118,7 +118,7 @@ def test_defaults_are_the_embedded_cpu_stack():
         "gridsim", "grpo", "tiny", "embedded", "local")
     assert cfg.hydra.job.chdir is False
     # Run directories hang off the project's output root, not the working directory.
-    assert cfg.hydra.run.dir.startswith("${paths.run_root}")
+    assert cfg.hydra.run.dir.startswith(str(project_root() / "outputs" / "runs" / "train"))
 
 
 def test_hparams_search_space():
