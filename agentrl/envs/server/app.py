@@ -1,0 +1,257 @@
+"""`build_app`: a FastAPI app that serves a bundle over the OpenEnv protocol (`/ws` sessions)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, WebSocket
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agentrl.envs.sandbox.base import Sandbox
+from agentrl.envs.server import wire
+from agentrl.envs.server.session import Served, Session, make_reward
+from agentrl.envs.task import Bundle
+
+log = logging.getLogger(__name__)
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request and WebSocket but `/health` must carry the bearer token.
+
+    A refused WebSocket is accepted and closed at once with 1008 (policy violation), before the app
+    sees it, so nothing is ever deployed for it.
+    """
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    def _authorized(self, scope: Scope) -> bool:
+        for key, value in scope.get("headers", ()):
+            if key == b"authorization":
+                return hmac.compare_digest(value, self._expected)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket") or scope.get("path") == "/health" or self._authorized(scope):
+            await self.app(scope, receive, send)
+            return
+        if kind == "http":
+            body = b'{"detail":"the bearer token is missing or wrong"}'
+            headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+            await send({"type": "http.response.start", "status": 401, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": 1008, "reason": "the bearer token is missing or wrong"})
+
+
+def _field(config: Any, name: str, default: Any) -> Any:
+    if isinstance(config, dict):
+        return config.get(name, default)
+    return getattr(config, name, default)
+
+
+def make_sandbox(
+    sandbox: str | Sandbox | Any, bundle: Bundle, *, workers: int, instance_id: str | None = None
+) -> Sandbox:
+    """A Sandbox from "local", "docker", a Sandbox instance, or a config (dict or object) with `kind`."""
+    if isinstance(sandbox, Sandbox):
+        return sandbox
+    config: Any = {"kind": sandbox} if isinstance(sandbox, str) else sandbox
+    kind = _field(config, "kind", None)
+    if kind == "local":
+        from agentrl.envs.sandbox.local import LocalSandbox
+
+        return LocalSandbox(bundle, workers=workers)
+    if kind == "docker":
+        from agentrl.config.sandbox import DockerSandboxConfig
+        from agentrl.envs.sandbox.docker import DockerSandbox  # the Docker SDK loads only when asked
+
+        defaults = DockerSandboxConfig()
+        opts = {f.name: _field(config, f.name, getattr(defaults, f.name)) for f in dataclasses.fields(defaults)}
+        opts.pop("kind")
+        instance = _field(config, "instance_id", None) or instance_id or f"{bundle.name}-{uuid.uuid4().hex[:8]}"
+        return DockerSandbox(bundle.spec(), instance_id=instance, **opts)
+    raise ValueError(f"sandbox must be 'local', 'docker', a Sandbox or a config with kind local/docker, not {sandbox!r}")
+
+
+def build_app(
+    bundle: Bundle,
+    *,
+    max_concurrent_envs: int = 8,
+    token: str | None = None,
+    reward: None | str | Callable[[dict[str, float]], float] = None,
+    sandbox: str | Sandbox | Any = "local",
+    tool_timeout: float = 60,
+    reset_timeout: float = 600,
+    instance_id: str | None = None,
+) -> FastAPI:
+    """A FastAPI app serving `bundle` over the OpenEnv protocol.
+
+    `reward`: None (the episode's one score), a score name, or a callable(scores) -> float.
+    `sandbox`: "local", "docker", a Sandbox instance, or a sandbox config (dict/object) with `kind`.
+    `token`: when set, every request but `GET /health` needs `Authorization: Bearer <token>`.
+    """
+    if max_concurrent_envs < 1:
+        raise ValueError(f"max_concurrent_envs must be at least 1, not {max_concurrent_envs}")
+    if tool_timeout <= 0 or reset_timeout <= 0:
+        raise ValueError(f"timeouts must be positive (tool_timeout={tool_timeout}, reset_timeout={reset_timeout})")
+    if token is not None and (not isinstance(token, str) or not token):
+        raise ValueError("token must be a non-empty string or None")
+    bundle_splits = {str(k): int(v) for k, v in bundle.splits().items()}
+    if "all" in bundle_splits:
+        raise ValueError(f"bundle {bundle.name!r} names a split 'all'; the server adds that split itself")
+    served = Served(
+        bundle=bundle,
+        sandbox=make_sandbox(sandbox, bundle, workers=min(max_concurrent_envs, 32), instance_id=instance_id),
+        reward=make_reward(reward),
+        tool_timeout=float(tool_timeout),
+        reset_timeout=float(reset_timeout),
+        splits={"all": sum(bundle_splits.values()), **bundle_splits},
+        order=list(bundle_splits),
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await served.sandbox.start()
+        try:
+            yield
+        finally:
+            # Uvicorn shutdown (SIGTERM included): tear every live episode down, then the sandbox.
+            await asyncio.gather(*(s.close() for s in list(served.sessions)), return_exceptions=True)
+            await served.sandbox.shutdown()
+
+    app = FastAPI(title=f"agentrl env server: {bundle.name}", lifespan=lifespan)
+    app.state.served = served
+    if token is not None:
+        app.add_middleware(BearerAuth, token=token)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "healthy"}
+
+    @app.get("/schema")
+    async def schema() -> dict[str, Any]:
+        return wire.schema()
+
+    @app.get("/metadata")
+    async def metadata() -> dict[str, Any]:
+        return {
+            "name": bundle.name,
+            "description": f"agentrl bundle {bundle.name!r} (splits: {', '.join(served.splits)})",
+            "readme_content": None,
+            "version": str(getattr(bundle, "version", "") or "") or None,
+            "author": None,
+            "documentation_url": None,
+        }
+
+    @app.websocket("/ws")
+    async def ws(websocket: WebSocket) -> None:
+        await websocket.accept()
+        if len(served.sessions) >= max_concurrent_envs:
+            n = len(served.sessions)
+            msg = f"Server at capacity: {n}/{max_concurrent_envs} sessions active. Cannot accept new connections."
+            await websocket.send_text(
+                wire.error_frame(wire.CAPACITY_REACHED, msg, active_sessions=n, max_sessions=max_concurrent_envs)
+            )
+            await websocket.close(1000)
+            return
+        session = Session(served)
+        served.sessions.add(session)
+        closed_by_client = False
+        try:
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                text = message.get("text")
+                if text is None:
+                    try:
+                        text = (message.get("bytes") or b"").decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        await websocket.send_text(wire.error_frame(wire.INVALID_JSON, f"Invalid JSON: {exc}"))
+                        continue
+                reply = await dispatch(session, text)
+                if reply is None:
+                    closed_by_client = True
+                    break
+                await websocket.send_text(reply)
+        except Exception as exc:  # a lost connection mid-send, or a bug: end the session either way
+            log.debug("session ended: %r", exc)
+        finally:
+            # The slot stays taken until the episode is torn down.
+            await session.close()
+            served.sessions.discard(session)
+        if closed_by_client:
+            with contextlib.suppress(Exception):
+                await websocket.close(1000)
+
+    return app
+
+
+async def dispatch(session: Session, text: str) -> str | None:
+    """The reply frame to one client frame; None for `close`. Never raises."""
+    try:
+        msg = json.loads(text)
+    except ValueError as exc:
+        return wire.error_frame(wire.INVALID_JSON, f"Invalid JSON: {exc}")
+    if not isinstance(msg, dict):
+        return wire.error_frame(wire.UNKNOWN_TYPE, "Unknown message type: a frame must be a JSON object")
+    kind = msg.get("type")
+    model = wire.MESSAGES.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        return wire.error_frame(wire.UNKNOWN_TYPE, f"Unknown message type: {kind if isinstance(kind, str) else ''}")
+    try:
+        parsed = model.model_validate(msg)
+        if kind == "step":
+            action = wire.parse_action(parsed.data)
+            if isinstance(action, wire.ListToolsAction):
+                return wire.observation_frame(session.list_tools())
+            return wire.observation_frame(await session.call_tool(action.tool_name, action.arguments))
+        if kind == "reset":
+            return wire.observation_frame(await session.reset(wire.ResetData.model_validate(parsed.data)))
+        if kind == "state":
+            return wire.dumps({"type": "state", "data": session.state()})
+        if kind == "close":
+            return None
+        return wire.dumps({"type": "mcp", "data": await _mcp(session, parsed.data)})
+    except ValidationError as exc:
+        return wire.validation_error_frame(exc)
+    except Exception as exc:
+        log.exception("handling a %s message failed", kind)
+        return wire.error_frame(wire.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+async def _mcp(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    """JSON-RPC `tools/list` and `tools/call` against this session's episode."""
+    rid = request.get("id")
+    method, params = request.get("method"), request.get("params", {})
+    if request.get("jsonrpc") != "2.0" or not isinstance(method, str) or not isinstance(params, dict):
+        return wire.jsonrpc_error(rid, -32600, "Invalid request: needs jsonrpc '2.0', a method and object params")
+    if method == "tools/list":
+        tools = session.list_tools()["observation"]["tools"]
+        return wire.jsonrpc_result(
+            rid, {"tools": [{"name": t["name"], "description": t["description"], "inputSchema": t["input_schema"]}
+                            for t in tools]}
+        )
+    if method == "tools/call":
+        name, arguments = params.get("name"), params.get("arguments") or {}
+        if not isinstance(name, str):
+            return wire.jsonrpc_error(rid, -32602, "Missing 'name' in params")
+        if not isinstance(arguments, dict):
+            return wire.jsonrpc_error(rid, -32602, "'arguments' must be an object")
+        data = await session.call_tool(name, arguments)
+        return wire.jsonrpc_result(rid, {**data["observation"], "reward": data["reward"], "done": data["done"]})
+    return wire.jsonrpc_error(rid, -32601, f"Method not found: {method}")
