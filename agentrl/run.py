@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from agentrl.config.register import recipe_names
-from agentrl.plan import build_plan
+from agentrl.plan import PlanError, build_plan
 
 log = logging.getLogger("agentrl")
 
@@ -33,7 +33,10 @@ def run(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith(("hydra/", "schema/"))}
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    plan = build_plan(cfg, choices=choices, run_dir=run_dir)
+    try:
+        plan = build_plan(cfg, choices=choices, run_dir=run_dir)
+    except PlanError as err:
+        raise SystemExit(f"agentrl: {err}") from None
 
     tracker = instantiate(cfg.logger, output_root=cfg.paths.output_root)
     resume_run_id = None
