@@ -1,0 +1,517 @@
+"""The Docker sandbox: every episode runs in its own container, started from the local sandbox image.
+
+The container sees only the `agentrl` package (and any bundle folder outside it) bind-mounted read-only under
+`/mnt/host`, plus a read-only folder holding the sandbox's unix socket. `container_agent.py` runs inside: it loads
+the bundle, connects to the socket, says hello, and answers one JSON line per request. Readiness is the hello
+itself (no polling), and a tool call is one round trip on an already-open socket.
+
+Containers carry labels so a later instance removes what a hard-killed one left behind, and only that:
+`agentrl.sandbox=1`, `agentrl.instance`, `agentrl.pid`, `agentrl.pid_start` (to spot a reused pid) and
+`agentrl.host`. Blocking Docker SDK calls run on the sandbox's own thread pool, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import itertools
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrl.envs.sandbox.base import EpisodeHandle, Sandbox, SandboxError
+from agentrl.envs.sandbox.container_agent import DEFAULT_LOADER
+from agentrl.envs.sandbox.image import DEFAULT_IMAGE
+from agentrl.envs.task import ToolResult, Turn
+
+log = logging.getLogger(__name__)
+
+LABEL = "agentrl.sandbox"
+HOST_ROOT = "/mnt/host"  # host paths appear under this prefix in the container
+SOCKET_DIR = "/run/agentrl"
+_LINE_LIMIT = 64 << 20  # longest JSON line (a tool result) the host reads
+_PACKAGE = Path(__file__).resolve().parents[2]  # .../agentrl
+
+
+def _proc_start(pid: int) -> str | None:
+    """The start time of process `pid` (clock ticks since boot), or None when no such process exists."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_alive(labels: dict[str, str], hostname: str | None = None) -> bool:
+    """Whether the server that labelled a container may still be running. Containers made on another host
+    (or with unreadable labels) count as alive: we cannot tell, so we never touch them."""
+    if labels.get("agentrl.host") != (hostname or socket.gethostname()):
+        return True
+    try:
+        pid = int(labels["agentrl.pid"])
+    except (KeyError, ValueError):
+        return True
+    start = _proc_start(pid)
+    if start is None:
+        return False
+    return labels.get("agentrl.pid_start") in (None, start)
+
+
+class _Lost(Exception):
+    """The connection to a container broke (it died, was killed, or did not answer in time)."""
+
+
+class _Remote(Exception):
+    """The code inside the container raised; the container itself is fine."""
+
+
+class _Channel:
+    """One request at a time over the container's socket."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout: float) -> None:
+        self.reader, self.writer, self.timeout = reader, writer, timeout
+        self.lost: str | None = None
+        self._lock = asyncio.Lock()
+
+    async def request(self, op: str, **kwargs: Any) -> Any:
+        async with self._lock:
+            if self.lost:
+                raise _Lost(self.lost)
+            try:
+                self.writer.write(json.dumps({"op": op, **kwargs}).encode() + b"\n")
+                await self.writer.drain()
+                line = await asyncio.wait_for(self.reader.readline(), self.timeout)
+            except TimeoutError:
+                self.lost = f"no answer to {op!r} within {self.timeout:g}s"
+                raise _Lost(self.lost) from None
+            except (OSError, ValueError) as exc:  # ValueError: a line over the limit
+                self.lost = f"connection lost ({exc})"
+                raise _Lost(self.lost) from None
+            if not line.endswith(b"\n"):
+                self.lost = "connection closed"
+                raise _Lost(self.lost)
+            msg = json.loads(line)
+            if not msg.get("ok"):
+                raise _Remote(msg.get("error", "unknown error"))
+            return msg.get("result")
+
+    def close(self) -> None:
+        self.lost = self.lost or "closed"
+        self.writer.close()
+
+
+@dataclass(eq=False)
+class _Box:
+    """A started container and its open channel."""
+
+    name: str
+    channel: _Channel
+    started: float = field(default_factory=time.monotonic)
+
+
+class DockerEpisodeHandle(EpisodeHandle):
+    """One episode in one container. A dead container makes every call raise SandboxError."""
+
+    def __init__(self, sandbox: DockerSandbox, box: _Box, task_id: str) -> None:
+        self._sandbox, self._box, self.task_id = sandbox, box, task_id
+        self.container_name = box.name
+        self._closed = False
+        self._dead: str | None = None
+
+    async def _call(self, op: str, **kwargs: Any) -> Any:
+        if self._closed:
+            raise SandboxError(f"episode {self.task_id!r} was closed")
+        if self._dead:
+            raise SandboxError(self._dead)
+        try:
+            return await self._box.channel.request(op, **kwargs)
+        except _Lost as exc:
+            reason = await self._sandbox._death_reason(self._box.name, str(exc))
+            self._dead = f"the episode's container died: {reason}"
+            self._sandbox._remove_later(self._box)
+            raise SandboxError(self._dead) from None
+        except _Remote as exc:
+            raise SandboxError(f"episode {self.task_id!r} raised in its container: {exc}") from None
+
+    async def first_turn(self) -> Turn:
+        return Turn(**await self._call("first_turn"))
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        return ToolResult(**await self._call("call_tool", name=name, arguments=arguments))
+
+    async def end_turn(self, response: str) -> Turn | None:
+        turn = await self._call("end_turn", response=response)
+        return None if turn is None else Turn(**turn)
+
+    async def done(self) -> bool:
+        return bool(await self._call("done"))
+
+    async def scores(self) -> dict[str, float]:
+        return dict(await self._call("scores"))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._sandbox._remove(self._box)
+        except Exception:  # close never raises; shutdown's sweep by label catches anything left
+            log.exception("removing container %s failed", self._box.name)
+
+
+class DockerSandbox(Sandbox):
+    """Deploys each episode of one bundle in its own container (see the module docstring)."""
+
+    def __init__(self, bundle_spec: dict[str, Any], *, image: str = DEFAULT_IMAGE, warm_pool: int = 0,
+                 memory: str = "512m", cpus: float = 1.0, network: str = "none", instance_id: str | None = None,
+                 loader: str = DEFAULT_LOADER, deploy_timeout: float = 60.0, call_timeout: float = 600.0,
+                 docker_threads: int = 32) -> None:
+        """`bundle_spec` is `Bundle.spec()` (kwargs of `load_bundle`). `loader` ('module:function' or
+        '/abs/file.py:function') builds the bundle in the container; `call_timeout` bounds one episode call."""
+        if not isinstance(bundle_spec, dict) or not isinstance(bundle_spec.get("bundle"), str):
+            raise ValueError(f"bundle_spec must be a dict with a 'bundle' string (Bundle.spec()), got {bundle_spec!r}")
+        try:
+            json.dumps(bundle_spec)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"bundle_spec must be JSON-safe: {exc}") from exc
+        if warm_pool < 0 or cpus <= 0 or deploy_timeout <= 0 or call_timeout <= 0 or docker_threads < 1:
+            raise ValueError("warm_pool must be >= 0; cpus, deploy_timeout, call_timeout and docker_threads > 0")
+        self.image, self.warm_pool, self.memory, self.cpus, self.network = image, warm_pool, memory, cpus, network
+        self.instance_id = instance_id or uuid.uuid4().hex[:12]
+        self.deploy_timeout, self.call_timeout, self.docker_threads = deploy_timeout, call_timeout, docker_threads
+        self._mounts: dict[str, str] = {}  # host path -> container path
+        self.bundle_spec = self._container_spec(bundle_spec)
+        self.loader = self._container_loader(loader)
+        # Unix socket paths are limited to ~107 bytes, so the folder name stays short whatever the instance id.
+        self.socket_dir = Path(tempfile.gettempdir()) / f"agentrl-sbx-{uuid.uuid5(uuid.NAMESPACE_URL, self.instance_id).hex[:12]}"
+        self._api: Any = None
+        self._executor: Any = None
+        self._server: asyncio.AbstractServer | None = None
+        self._pending: dict[str, asyncio.Future] = {}
+        self._boxes: dict[str, _Box] = {}  # every connected container not yet removed
+        self._pool: collections.deque[_Box] = collections.deque()
+        self._warming = 0
+        self._tasks: set[asyncio.Task] = set()
+        self._seq = itertools.count()
+        self._started = self._closing = False
+
+    @classmethod
+    def from_config(cls, bundle_spec: dict[str, Any], cfg: Any, **kwargs: Any) -> DockerSandbox:
+        """Build from a `DockerSandboxConfig` (agentrl.config.sandbox)."""
+        return cls(bundle_spec, image=cfg.image, warm_pool=cfg.warm_pool, memory=cfg.memory, cpus=cfg.cpus,
+                   network=cfg.network, **kwargs)
+
+    # -- mounts -------------------------------------------------------------------------------------------
+
+    def _mount(self, host: Path) -> str:
+        """Mount `host` (or the mounted folder above it) read-only; returns its path in the container."""
+        host = host.resolve()
+        for mounted in self._mounts:
+            if host == Path(mounted) or Path(mounted) in host.parents:
+                return HOST_ROOT + str(host)
+        self._mounts[str(host)] = HOST_ROOT + str(host)
+        return HOST_ROOT + str(host)
+
+    def _container_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
+        self._mount(_PACKAGE)
+        out = dict(spec)
+        for key, value in spec.items():
+            # Absolute paths (and a relative bundle folder) must exist in the container: mount and rewrite them.
+            if isinstance(value, str) and (value.startswith("/") or (key == "bundle" and "/" in value)):
+                path = Path(value).expanduser()
+                if path.exists():
+                    out[key] = self._mount(path)
+        return out
+
+    def _container_loader(self, loader: str) -> str:
+        target, _, attr = loader.rpartition(":")
+        if target.endswith(".py"):
+            path = Path(target)
+            if not path.is_absolute() or not path.is_file():
+                raise ValueError(f"loader file {target!r} must be an existing absolute path")
+            return f"{self._mount(path.parent)}/{path.name}:{attr}"
+        return loader
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _connect(self) -> Any:
+        import docker
+
+        api = docker.from_env(timeout=120, max_pool_size=self.docker_threads).api
+        api.ping()
+        try:
+            api.inspect_image(self.image)
+        except docker.errors.ImageNotFound:
+            raise SandboxError(f"sandbox image {self.image!r} not found; build it with "
+                               "`python -m agentrl.envs.sandbox.image build`") from None
+        return api
+
+    async def start(self) -> None:
+        """Connect to Docker, remove leftovers of dead instances, listen on the socket, fill the warm pool."""
+        if self._started:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._executor = ThreadPoolExecutor(self.docker_threads, thread_name_prefix="agentrl-docker")
+        try:
+            self._api = await self._run(self._connect)
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise SandboxError(f"no Docker daemon answers: {exc}") from exc
+        removed = await self._run(self.remove_leftovers)
+        if removed:
+            log.info("removed %d containers left by dead sandbox instances", removed)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+        self.socket_dir.mkdir(mode=0o700, parents=True)
+        sock = self.socket_dir / "host.sock"
+        self._server = await asyncio.start_unix_server(self._on_connect, path=str(sock), limit=_LINE_LIMIT)
+        os.chmod(sock, 0o600)  # the containers run as our uid; nobody else may talk to them
+        self._mounts[str(self.socket_dir)] = SOCKET_DIR
+        self._started = True
+        atexit.register(self._atexit)
+        if self.warm_pool:
+            self._refill()
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            if not self._pool:
+                raise SandboxError(f"none of the {self.warm_pool} warm containers started; see the log")
+
+    def remove_leftovers(self) -> int:
+        """Remove containers whose owning server is gone (blocking); returns how many were removed."""
+        removed = 0
+        for c in self._api.containers(all=True, filters={"label": f"{LABEL}=1"}):
+            labels = c.get("Labels") or {}
+            if labels.get("agentrl.instance") == self.instance_id or owner_alive(labels):
+                continue
+            try:
+                self._api.remove_container(c["Id"], force=True)
+                removed += 1
+            except Exception as exc:  # already gone, or being removed by someone else
+                log.debug("could not remove leftover %s: %s", c["Id"][:12], exc)
+        return removed
+
+    async def shutdown(self) -> None:
+        """Remove every container of this instance (live episodes included), then release the thread pool."""
+        if not self._started or self._closing:
+            return
+        self._closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await asyncio.gather(*(self._remove(b) for b in list(self._boxes.values())), return_exceptions=True)
+        if self._server is not None:
+            self._server.close()
+        # Containers whose start was in flight are caught by the label sweep.
+        await self._run(self._sweep)
+        self._executor.shutdown(wait=True)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+        atexit.unregister(self._atexit)
+        self._api.close()
+
+    def _sweep(self) -> None:
+        for c in self._api.containers(all=True, filters={"label": f"agentrl.instance={self.instance_id}"}):
+            try:
+                self._api.remove_container(c["Id"], force=True)
+            except Exception as exc:
+                log.debug("sweep could not remove %s: %s", c["Id"][:12], exc)
+
+    def _atexit(self) -> None:
+        try:  # the server stops without shutdown(): still take our containers with us
+            self._sweep()
+        except Exception:
+            pass
+
+    def live_containers(self) -> list[str]:
+        """Names of this instance's containers the sandbox holds (warm or playing)."""
+        return sorted(self._boxes)
+
+    # -- deploying ----------------------------------------------------------------------------------------
+
+    async def deploy(self, split: str, index: int) -> EpisodeHandle:
+        """Start an episode of task `index` of `split` (on a warm container when one is ready)."""
+        if not self._started or self._closing:
+            raise SandboxError("the docker sandbox is not running (call start() first)")
+        while self._pool:
+            box = self._pool.popleft()
+            self._refill()
+            try:
+                task_id = await box.channel.request("episode", split=split, index=index)
+            except _Lost:
+                self._remove_later(box)  # died while waiting; try the next one
+                continue
+            except _Remote as exc:
+                self._pool.appendleft(box)  # no episode was made: the container is still fresh
+                raise SandboxError(f"deploying {split}[{index}] failed: {exc}") from None
+            return DockerEpisodeHandle(self, box, task_id["task_id"])
+        box = await self._launch()
+        try:
+            task_id = await box.channel.request("episode", split=split, index=index)
+        except (_Lost, _Remote) as exc:
+            await self._remove(box)
+            raise SandboxError(f"deploying {split}[{index}] failed: {exc}") from None
+        except BaseException:
+            await asyncio.shield(self._remove(box))
+            raise
+        return DockerEpisodeHandle(self, box, task_id["task_id"])
+
+    def _refill(self) -> None:
+        while not self._closing and len(self._pool) + self._warming < self.warm_pool:
+            self._warming += 1
+            task = asyncio.get_running_loop().create_task(self._warm_one())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _warm_one(self) -> None:
+        try:
+            box = await self._launch()
+            if self._closing:
+                await self._remove(box)
+            else:
+                self._pool.append(box)
+        except Exception as exc:  # the next deploy starts a cold container and tries to refill again
+            log.warning("starting a warm container failed: %s", exc)
+        finally:
+            self._warming -= 1
+
+    def _create(self, name: str) -> str:
+        api = self._api
+        host_config = api.create_host_config(
+            binds={h: {"bind": c, "mode": "ro"} for h, c in self._mounts.items()},
+            network_mode=self.network, mem_limit=self.memory, nano_cpus=int(self.cpus * 1e9), pids_limit=256,
+            read_only=True, tmpfs={"/tmp": "size=64m"}, cap_drop=["ALL"], security_opt=["no-new-privileges"])
+        labels = {LABEL: "1", "agentrl.instance": self.instance_id, "agentrl.pid": str(os.getpid()),
+                  "agentrl.pid_start": _proc_start(os.getpid()) or "", "agentrl.host": socket.gethostname(),
+                  "agentrl.bundle": str(self.bundle_spec["bundle"]).rsplit("/", 1)[-1]}
+        env = {"AGENTRL_TOKEN": name, "AGENTRL_SOCKET": f"{SOCKET_DIR}/host.sock", "HOME": "/tmp",
+               "AGENTRL_BUNDLE_SPEC": json.dumps(self.bundle_spec), "AGENTRL_BUNDLE_LOADER": self.loader,
+               "PYTHONPATH": HOST_ROOT + str(_PACKAGE.parent), "PYTHONDONTWRITEBYTECODE": "1"}
+        # -P keeps the agent's own folder (which holds docker.py, image.py) off sys.path.
+        agent = f"{HOST_ROOT}{_PACKAGE}/envs/sandbox/container_agent.py"
+        cid = api.create_container(self.image, ["python3", "-P", agent], name=name, labels=labels,
+                                   environment=env, host_config=host_config, working_dir="/tmp",
+                                   user=f"{os.getuid()}:{os.getgid()}", use_config_proxy=False)["Id"]
+        api.start(cid)
+        return cid
+
+    async def _launch(self) -> _Box:
+        """Start a container and wait for its hello (the bundle is loaded then)."""
+        loop = asyncio.get_running_loop()
+        name = f"agentrl-{self.instance_id}-{next(self._seq)}"
+        hello: asyncio.Future = loop.create_future()
+        self._pending[name] = hello
+        created = loop.run_in_executor(self._executor, self._create, name)
+        try:
+            await asyncio.shield(created)
+            deadline = time.monotonic() + self.deploy_timeout
+            while not hello.done():
+                await asyncio.wait({hello}, timeout=1.0)
+                if hello.done():
+                    break
+                state = await self._run(self._state, name)
+                if state.get("Status") not in ("created", "running"):
+                    reason = await self._death_reason(name, "it exited before it was ready")
+                    raise SandboxError(f"the sandbox container {name} did not start: {reason}")
+                if time.monotonic() > deadline:
+                    raise SandboxError(f"the sandbox container {name} was not ready within {self.deploy_timeout:g}s")
+            reader, writer, msg = hello.result()
+            if not msg.get("ok"):
+                writer.close()
+                raise SandboxError(f"the bundle failed to load in the container: {msg.get('error')}")
+        except BaseException as exc:
+            self._pending.pop(name, None)
+            # The container may still be in creation (cancelled deploy): remove it once it exists.
+            created.add_done_callback(lambda _f: self._remove_later(name))
+            if isinstance(exc, Exception) and not isinstance(exc, SandboxError):
+                raise SandboxError(f"starting a sandbox container failed: {exc}") from exc
+            raise
+        box = _Box(name, _Channel(reader, writer, self.call_timeout))
+        self._boxes[name] = box
+        return box
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), self.deploy_timeout)
+            msg = json.loads(line)
+            fut = self._pending.pop(msg["hello"], None)
+        except Exception:
+            fut = None
+        if fut is None or fut.done():
+            writer.close()  # a container we no longer wait for; it exits on EOF
+            return
+        fut.set_result((reader, writer, msg))
+
+    # -- teardown -----------------------------------------------------------------------------------------
+
+    def _state(self, name: str) -> dict[str, Any]:
+        try:
+            return self._api.inspect_container(name)["State"]
+        except Exception:
+            return {"Status": "removed"}
+
+    async def _death_reason(self, name: str, fallback: str) -> str:
+        """Why a container stopped answering: its exit code, OOM flag and last log lines."""
+
+        def inspect() -> str:
+            try:
+                # The socket can close a moment before Docker records the exit.
+                code = self._api.wait(name, timeout=3)["StatusCode"]
+            except Exception:
+                state = self._state(name)
+                if state.get("Status") in ("created", "running"):
+                    return fallback
+                code = state.get("ExitCode", "?")
+            state = self._state(name)
+            parts = [f"exit code {code}"]
+            if state.get("OOMKilled"):
+                parts.append(f"out of memory (limit {self.memory})")
+            elif code == 137:
+                parts.append("killed")
+            try:
+                tail = self._api.logs(name, stdout=False, stderr=True, tail=5).decode(errors="replace").strip()
+            except Exception:
+                tail = ""
+            return ", ".join(parts) + (f"; stderr: {tail}" if tail else "") + f" ({fallback})"
+
+        return await self._run(inspect)
+
+    async def _remove(self, box: _Box | str) -> None:
+        name = box if isinstance(box, str) else box.name
+        box = self._boxes.pop(name, None) or box
+        if isinstance(box, _Box):
+            box.channel.close()
+        await self._run(self._remove_container, name)
+
+    def _remove_container(self, name: str) -> None:
+        import docker
+
+        try:
+            self._api.remove_container(name, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if "already in progress" not in str(exc):
+                raise
+
+    def _remove_later(self, box: _Box | str) -> None:
+        """Remove a container in the background (shutdown's label sweep catches it if the pool is gone)."""
+        if self._executor is None or self._executor._shutdown:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = loop.create_task(self._remove(box))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
