@@ -1,0 +1,65 @@
+"""`model=hf`: any local Hugging Face folder (e.g. Qwen3-4B). Nothing is ever fetched from a hub."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
+
+
+def _offline() -> None:
+    # Belt and braces next to local_files_only: nothing in this process may reach a hub.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def local_model(path: str, **_: Any) -> str:
+    """Check that `path` is a usable local model folder and return it as an absolute path.
+
+    Usable: a folder with `config.json`, weights, and a tokenizer that loads offline and has a chat template.
+    Raises FileNotFoundError or ValueError saying what is missing.
+    """
+    _offline()
+    if not path or str(path) == "???":
+        raise ValueError("model=hf needs model.path: a local Hugging Face folder, e.g. model.path=/data/Qwen3-4B")
+    folder = Path(path).expanduser().absolute()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"model.path={path!r} is not a folder; model=hf takes a local Hugging Face "
+                                "folder (nothing is downloaded)")
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"model.path={folder} has no config.json: not a Hugging Face model folder")
+    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS):
+        raise ValueError(f"model.path={folder} holds no weights (*.safetensors or pytorch_model*.bin)")
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - any loader failure means the same thing to the user
+        raise ValueError(f"model.path={folder}: the tokenizer does not load offline ({type(e).__name__}: {e})") from e
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"model.path={folder}: the tokenizer has no chat template (chat_template.jinja or "
+                         "tokenizer_config.json 'chat_template'); agents need one to render tools and turns")
+    return str(folder)
+
+
+def load_model_and_tokenizer(path: str, device: str = "cpu", dtype: Any = None) -> tuple[Any, Any]:
+    """Load (model, tokenizer) from a local folder, offline, in eval mode.
+
+    `dtype` (a torch.dtype or its name, e.g. "bfloat16") defaults to float32 on CPU and bfloat16 on CUDA.
+    """
+    _offline()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype is None:
+        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    elif isinstance(dtype, str):
+        resolved = getattr(torch, dtype.removeprefix("torch."), None)
+        if not isinstance(resolved, torch.dtype):
+            raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32' or 'bfloat16'")
+        dtype = resolved
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    return model.to(device).eval(), tokenizer
