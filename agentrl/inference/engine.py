@@ -1,0 +1,538 @@
+"""The embedded inference engine: transformers on one device, with dynamic (continuous) batching.
+
+How batching works. One worker thread owns the model. Requests go into a queue; when the engine is
+idle the first request waits up to `batch_wait_ms` for others, and all of them are prefilled in one
+left-padded forward pass. Every step after that is ONE forward pass that decodes one token for every
+running sequence, using a shared left-padded KV cache. Requests that arrive while a batch runs join it
+between two decode steps (their prompts are prefilled together in one pass and their caches are
+left-padded to the batch's length), so a session whose turn finishes early starts its next turn
+without waiting for the slowest sequence. Finished sequences leave the batch at once; columns that
+only hold padding for every remaining row are trimmed.
+
+Log-probabilities. `Completion.logprobs[i]` is `log_softmax(logits / T)[token_i]`, computed in float32
+from the logits of the forward pass that sampled the token, where T is the request's temperature
+(T = 1 when temperature is 0, i.e. greedy). It is the untruncated temperature-scaled distribution:
+top-k / top-p restrict which tokens may be sampled but do not renormalise the reported logprob, so it
+is exactly the log pi_theta(token) at temperature T that a GRPO trainer recomputes for its ratio.
+
+Weights. `update_weights` stops admitting new requests, lets the running batch finish on the old
+weights, copies the new ones in place, bumps `weight_version`, then admits the queue. Every
+`Completion` is produced under one weight version, reported in `Completion.weight_version`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrl.inference.weights import load_state_dict, validate_state_dict
+
+log = logging.getLogger(__name__)
+
+_WAKE = object()  # queue sentinel: wakes an idle worker (a weight update or close is pending)
+
+
+@dataclass
+class Completion:
+    """What one `generate` call returns. `token_ids` includes the stop token when there is one."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (a stop token was sampled) | "length" (max_tokens or the context ran out)
+    weight_version: int = 0
+    prompt_tokens: int = 0
+
+
+@dataclass
+class EngineStats:
+    """Counters that show how much work was shared between requests."""
+
+    requests: int = 0  # completions returned
+    tokens_generated: int = 0
+    prefill_passes: int = 0  # forward passes over new prompts (one per admitted group)
+    decode_steps: int = 0  # forward passes that decode one token for every running sequence
+    busy_periods: int = 0  # times the engine went from idle to busy
+    max_batch_size: int = 0  # most sequences decoded in one pass
+
+    @property
+    def forward_passes(self) -> int:
+        return self.prefill_passes + self.decode_steps
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    stop_ids: frozenset[int]
+    generator: torch.Generator | None
+    future: concurrent.futures.Future
+    out_ids: list[int] = field(default_factory=list)
+    out_logprobs: list[float] = field(default_factory=list)
+    cancelled: bool = False
+
+
+class EmbeddedEngine:
+    """A transformers model served with continuous batching from a dedicated thread.
+
+    Args:
+        model_path: a local Hugging Face folder (model + tokenizer); nothing is downloaded.
+        device: "cpu" (float32) or "cuda"/"cuda:N" (bfloat16).
+        max_batch_sequences: most sequences decoded together in one forward pass.
+        batch_wait_ms: how long the first request to an idle engine waits for others to share its batch.
+    Extra keyword arguments (the inference config's host/port) are accepted and ignored.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        device: str = "cpu",
+        max_batch_sequences: int = 64,
+        batch_wait_ms: float = 2.0,
+        **_: Any,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = Path(model_path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"EmbeddedEngine: model folder {path} does not exist")
+        if max_batch_sequences < 1:
+            raise ValueError(f"max_batch_sequences must be >= 1, got {max_batch_sequences}")
+        self.model_path = path
+        self.device = torch.device(device)
+        self.dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        self.max_batch_sequences = int(max_batch_sequences)
+        self.batch_wait_s = max(0.0, float(batch_wait_ms)) / 1000.0
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype).to(self.device).eval()
+        self.model.requires_grad_(False)
+        # transformers 5.x renamed the cache argument and output field `past_key_values` -> `cache`.
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        cfg = self.model.config
+        self.vocab_size = int(cfg.vocab_size)
+        self.max_context = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
+        self.default_stop_ids = frozenset(self._find_stop_ids())
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.weight_version = 0
+        self.stats = EngineStats()
+
+        self._queue: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._pending_weights: list[tuple[dict[str, torch.Tensor], concurrent.futures.Future]] = []
+        self._closed = False
+        self._rng = torch.Generator(device="cpu")
+        self._rng.seed()
+        # State of the running batch, owned by the worker thread.
+        self._active: list[_Request] = []
+        self._cache: Any = None
+        self._mask: torch.Tensor | None = None  # [B, L] 1 where the cache holds a real token
+        self._next_pos: torch.Tensor | None = None  # [B] position id of the next token fed
+        self._last_tok: torch.Tensor | None = None  # [B] sampled, not yet in the cache
+        self._thread = threading.Thread(target=self._worker, name="agentrl-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ public API
+
+    def _find_stop_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for src in (self.model.generation_config, self.model.config):
+            eos = getattr(src, "eos_token_id", None)
+            if isinstance(eos, int):
+                ids.add(eos)
+            elif isinstance(eos, list | tuple):
+                ids.update(int(e) for e in eos)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
+            ids.add(im_end)
+        return ids
+
+    def submit(
+        self,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        stop_ids: list[int] | None = None,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+    ) -> concurrent.futures.Future:
+        """Queue one request from any thread; the future resolves to a `Completion`."""
+        if self._closed:
+            raise RuntimeError("EmbeddedEngine is closed")
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("prompt_ids is empty")
+        if min(prompt) < 0 or max(prompt) >= self.vocab_size:
+            raise ValueError(f"prompt_ids must lie in [0, {self.vocab_size}); got {min(prompt)}..{max(prompt)}")
+        if len(prompt) >= self.max_context:
+            raise ValueError(f"prompt of {len(prompt)} tokens leaves no room in the {self.max_context}-token context")
+        if int(max_tokens) < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        stops = frozenset(int(s) for s in (stop_ids or ())) | (frozenset() if ignore_eos else self.default_stop_ids)
+        gen = None
+        if seed is not None:
+            gen = torch.Generator(device="cpu")
+            gen.manual_seed(int(seed))
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        req = _Request(
+            prompt_ids=prompt,
+            max_tokens=min(int(max_tokens), self.max_context - len(prompt)),
+            temperature=float(temperature),
+            top_p=float(top_p),
+            top_k=int(top_k) if top_k and top_k > 0 else 0,
+            stop_ids=stops,
+            generator=gen,
+            future=fut,
+        )
+        fut.request = req  # type: ignore[attr-defined]  # lets generate() flag a cancelled caller
+        self._queue.put(req)
+        return fut
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        stop_ids: list[int] | None = None,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+    ) -> Completion:
+        """Sample up to `max_tokens` tokens after `prompt_ids`; stops at EOS / <|im_end|> / `stop_ids`.
+
+        `top_k` <= 0 and `top_p` = 1 disable those filters; `temperature` 0 is greedy. `ignore_eos`
+        keeps only the explicit `stop_ids`. Raises ValueError for a bad request.
+        """
+        fut = self.submit(
+            prompt_ids,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            stop_ids=stop_ids,
+            seed=seed,
+            ignore_eos=ignore_eos,
+        )
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            fut.request.cancelled = True  # type: ignore[attr-defined]  # the worker drops it next step
+            raise
+
+    def update_weights(
+        self, source: Mapping[str, torch.Tensor] | str | Path, *, timeout: float | None = None
+    ) -> int:
+        """Replace the weights in place; blocks until applied and returns the new `weight_version`.
+
+        `source` is a state dict (a subset of the model's keys is fine) or a folder/file of
+        safetensors (or torch .bin) weights. The running batch finishes on the old weights first.
+        """
+        state = load_state_dict(source) if isinstance(source, str | Path) else dict(source)
+        state = validate_state_dict(self.model, state, self.device, self.dtype)
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("EmbeddedEngine is closed")
+            self._pending_weights.append((state, fut))
+        self._queue.put(_WAKE)
+        return fut.result(timeout=timeout)
+
+    async def update_weights_async(self, source: Mapping[str, torch.Tensor] | str | Path) -> int:
+        """`update_weights` without blocking the event loop."""
+        return await asyncio.to_thread(self.update_weights, source)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the worker; requests still queued or running fail with RuntimeError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._queue.put(_WAKE)
+        self._thread.join(timeout=timeout)
+
+    def __enter__(self) -> EmbeddedEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ worker thread
+
+    def _worker(self) -> None:
+        try:
+            with torch.inference_mode():
+                while True:
+                    new = self._admit()
+                    if new is None:
+                        break
+                    if new:
+                        self._prefill(new)
+                    if self._active:
+                        self._decode_step()
+        except BaseException as exc:  # a model failure must not leave callers waiting forever
+            log.exception("engine worker crashed")
+            self._fail_all(RuntimeError(f"engine worker crashed: {exc!r}"))
+            return
+        self._fail_all(RuntimeError("EmbeddedEngine is closed"))
+
+    def _fail_all(self, exc: Exception) -> None:
+        with self._lock:
+            self._closed = True
+            pending, self._pending_weights = self._pending_weights, []
+        for _, fut in pending:
+            if not fut.done():
+                fut.set_exception(exc)
+        for req in self._active:
+            _resolve(req.future, exc=exc)
+        self._active = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Request):
+                _resolve(item.future, exc=exc)
+
+    def _admit(self) -> list[_Request] | None:
+        """New requests to prefill now; None when the engine is closed and idle."""
+        if self._active:
+            if self._pending_weights or self._closed:
+                return []  # drain the running batch before swapping weights or stopping
+            return self._drain(self.max_batch_sequences - len(self._active))
+        # Idle: a safe point to swap weights.
+        self._apply_pending_weights()
+        if self._closed:
+            return None
+        first = self._queue.get()
+        if first is _WAKE:
+            return []
+        batch = [first]
+        deadline = time.monotonic() + self.batch_wait_s
+        while len(batch) < self.max_batch_sequences:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                item = self._queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if item is _WAKE:
+                self._queue.put(_WAKE)  # handle it once this batch has started
+                break
+            batch.append(item)
+        batch += self._drain(self.max_batch_sequences - len(batch))
+        self.stats.busy_periods += 1
+        return batch
+
+    def _drain(self, room: int) -> list[_Request]:
+        out: list[_Request] = []
+        while len(out) < room:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _WAKE:
+                continue
+            out.append(item)
+        return out
+
+    def _apply_pending_weights(self) -> None:
+        with self._lock:
+            pending, self._pending_weights = self._pending_weights, []
+        if not pending:
+            return
+        params = self.model.state_dict()
+        for state, fut in pending:
+            try:
+                for name, tensor in state.items():
+                    params[name].copy_(tensor)
+                self.weight_version += 1
+                fut.set_result(self.weight_version)
+            except Exception as exc:  # a bad update fails its caller, not the engine
+                fut.set_exception(exc)
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+        """One forward pass; returns the last position's logits [B, V] and the grown cache."""
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        )
+        return out.logits[:, -1, :], getattr(out, self._cache_kwarg)
+
+    def _prefill(self, reqs: list[_Request]) -> None:
+        reqs = [r for r in reqs if not (r.cancelled or r.future.cancelled())]
+        if not reqs:
+            return
+        from transformers import DynamicCache
+
+        width = max(len(r.prompt_ids) for r in reqs)
+        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(reqs), width), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+            mask[i, width - len(r.prompt_ids) :] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, pos = ids.to(self.device), mask.to(self.device), pos.to(self.device)
+        logits, cache = self._forward(ids, mask, pos, DynamicCache(config=self.model.config))
+        self.stats.prefill_passes += 1
+        tokens = self._sample(logits, reqs)
+        next_pos = torch.tensor([len(r.prompt_ids) for r in reqs], device=self.device)
+        self._merge(reqs, cache, mask, next_pos, tokens)
+        self._retire()
+
+    def _decode_step(self) -> None:
+        assert self._mask is not None and self._next_pos is not None and self._last_tok is not None
+        ones = torch.ones((len(self._active), 1), dtype=self._mask.dtype, device=self.device)
+        self._mask = torch.cat([self._mask, ones], dim=1)
+        logits, self._cache = self._forward(self._last_tok[:, None], self._mask, self._next_pos[:, None], self._cache)
+        self._next_pos = self._next_pos + 1
+        self.stats.decode_steps += 1
+        self.stats.max_batch_size = max(self.stats.max_batch_size, len(self._active))
+        self._last_tok = self._sample(logits, self._active)
+        self._retire()
+
+    def _sample(self, logits: torch.Tensor, reqs: list[_Request]) -> torch.Tensor:
+        """Sample one token per row and record it with its log_softmax(logits / T) logprob."""
+        logits = logits.float()
+        temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in reqs], device=logits.device)
+        scaled = logits / temps[:, None]
+        logp = torch.log_softmax(scaled, dim=-1)
+        filtered = _filter_top_k_top_p(scaled, reqs)
+        probs = torch.softmax(filtered, dim=-1).cpu()
+        tokens = torch.empty(len(reqs), dtype=torch.long)
+        shared = [i for i, r in enumerate(reqs) if r.temperature > 0 and r.generator is None]
+        if shared:
+            tokens[shared] = torch.multinomial(probs[shared], 1, generator=self._rng)[:, 0]
+        for i, r in enumerate(reqs):
+            if r.temperature <= 0:
+                tokens[i] = int(torch.argmax(filtered[i]))
+            elif r.generator is not None:
+                tokens[i] = int(torch.multinomial(probs[i], 1, generator=r.generator)[0])
+        chosen = logp.gather(1, tokens.to(logp.device)[:, None])[:, 0].cpu().tolist()
+        for r, t, lp in zip(reqs, tokens.tolist(), chosen, strict=True):
+            r.out_ids.append(t)
+            r.out_logprobs.append(lp)
+        self.stats.tokens_generated += len(reqs)
+        return tokens.to(self.device)
+
+    def _merge(self, reqs: list[_Request], cache: Any, mask: torch.Tensor, next_pos: torch.Tensor, last: torch.Tensor) -> None:
+        """Add newly prefilled rows to the running batch, left-padding the shorter cache."""
+        from transformers import DynamicCache
+
+        if not self._active:
+            self._active, self._cache, self._mask, self._next_pos, self._last_tok = reqs, cache, mask, next_pos, last
+            return
+        assert self._mask is not None and self._next_pos is not None and self._last_tok is not None
+        width = max(self._mask.shape[1], mask.shape[1])
+        layers = []
+        for old, new in zip(self._cache.layers, cache.layers, strict=True):
+            k = torch.cat([_left_pad(old.keys, width), _left_pad(new.keys, width)], dim=0)
+            v = torch.cat([_left_pad(old.values, width), _left_pad(new.values, width)], dim=0)
+            layers.append((k, v))
+        self._cache = DynamicCache(ddp_cache_data=layers)
+        self._mask = torch.cat([_left_pad(self._mask, width, dim=1), _left_pad(mask, width, dim=1)], dim=0)
+        self._next_pos = torch.cat([self._next_pos, next_pos])
+        self._last_tok = torch.cat([self._last_tok, last])
+        self._active = self._active + reqs
+
+    def _retire(self) -> None:
+        """Resolve finished or cancelled rows and drop them (and all-padding columns) from the batch."""
+        keep: list[int] = []
+        for i, r in enumerate(self._active):
+            reason = None
+            if r.out_ids[-1] in r.stop_ids:
+                reason = "stop"
+            elif len(r.out_ids) >= r.max_tokens:
+                reason = "length"
+            if r.cancelled or r.future.cancelled():
+                _resolve(r.future, exc=asyncio.CancelledError())
+            elif reason is not None:
+                self.stats.requests += 1
+                _resolve(
+                    r.future,
+                    Completion(r.out_ids, r.out_logprobs, reason, self.weight_version, len(r.prompt_ids)),
+                )
+            else:
+                keep.append(i)
+        if len(keep) == len(self._active):
+            return
+        if not keep:
+            self._active, self._cache, self._mask, self._next_pos, self._last_tok = [], None, None, None, None
+            return
+        assert self._mask is not None and self._next_pos is not None and self._last_tok is not None
+        idx = torch.tensor(keep, device=self.device)
+        mask = self._mask[idx]
+        trim = int(mask.argmax(dim=1).min())  # leading columns that are padding in every kept row
+        for layer in self._cache.layers:
+            layer.keys = layer.keys[idx, :, trim:]
+            layer.values = layer.values[idx, :, trim:]
+        self._mask = mask[:, trim:]
+        self._next_pos = self._next_pos[idx]
+        self._last_tok = self._last_tok[idx]
+        self._active = [self._active[i] for i in keep]
+
+
+def _resolve(fut: concurrent.futures.Future, result: Any = None, exc: BaseException | None = None) -> None:
+    if fut.done():
+        return
+    try:
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+    except concurrent.futures.InvalidStateError:  # cancelled by the caller meanwhile
+        pass
+
+
+def _left_pad(t: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
+    missing = width - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=dim)
+
+
+def _filter_top_k_top_p(scaled: torch.Tensor, reqs: list[_Request]) -> torch.Tensor:
+    """Set logits outside each row's top-k / top-p nucleus to -inf (rows without filters untouched)."""
+    if all(r.top_k <= 0 and r.top_p >= 1.0 for r in reqs):
+        return scaled
+    vocab = scaled.shape[-1]
+    ks = torch.tensor([r.top_k if 0 < r.top_k < vocab else vocab for r in reqs], device=scaled.device)
+    ps = torch.tensor([r.top_p for r in reqs], device=scaled.device, dtype=scaled.dtype)
+    sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=scaled.device)[None, :]
+    drop = ranks >= ks[:, None]
+    probs = torch.softmax(sorted_logits.masked_fill(drop, float("-inf")), dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # mass of strictly better tokens; the best token is always kept
+    drop |= before >= ps[:, None]
+    out = torch.full_like(scaled, float("-inf"))
+    return out.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
