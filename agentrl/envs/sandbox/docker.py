@@ -69,6 +69,10 @@ def owner_alive(labels: dict[str, str], hostname: str | None = None) -> bool:
 class _Lost(Exception):
     """The connection to a container broke (it died, was killed, or did not answer in time)."""
 
+    def __init__(self, reason: str, timed_out: bool = False) -> None:
+        super().__init__(reason)
+        self.timed_out = timed_out
+
 
 class _Remote(Exception):
     """The code inside the container raised; the container itself is fine."""
@@ -92,7 +96,7 @@ class _Channel:
                 line = await asyncio.wait_for(self.reader.readline(), self.timeout)
             except TimeoutError:
                 self.lost = f"no answer to {op!r} within {self.timeout:g}s"
-                raise _Lost(self.lost) from None
+                raise _Lost(self.lost, timed_out=True) from None
             except (OSError, ValueError) as exc:  # ValueError: a line over the limit
                 self.lost = f"connection lost ({exc})"
                 raise _Lost(self.lost) from None
@@ -135,7 +139,8 @@ class DockerEpisodeHandle(EpisodeHandle):
         try:
             return await self._box.channel.request(op, **kwargs)
         except _Lost as exc:
-            reason = await self._sandbox._death_reason(self._box.name, str(exc))
+            # A container that timed out is still running: there is no exit to wait for.
+            reason = str(exc) if exc.timed_out else await self._sandbox._death_reason(self._box.name, str(exc))
             self._dead = f"the episode's container died: {reason}"
             self._sandbox._remove_later(self._box)
             raise SandboxError(self._dead) from None
@@ -431,8 +436,13 @@ class DockerSandbox(Sandbox):
                 raise SandboxError(f"the bundle failed to load in the container: {msg.get('error')}")
         except BaseException as exc:
             self._pending.pop(name, None)
-            # The container may still be in creation (cancelled deploy): remove it once it exists.
-            created.add_done_callback(lambda _f: self._remove_later(name))
+            if created.done() and not isinstance(exc, asyncio.CancelledError):
+                try:
+                    await self._remove(name)
+                except Exception as rm_exc:
+                    log.warning("removing failed container %s: %s", name, rm_exc)
+            else:  # still in creation (a cancelled deploy): remove it once it exists
+                created.add_done_callback(lambda _f: self._remove_later(name))
             if isinstance(exc, Exception) and not isinstance(exc, SandboxError):
                 raise SandboxError(f"starting a sandbox container failed: {exc}") from exc
             raise
