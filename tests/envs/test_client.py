@@ -1,0 +1,176 @@
+"""EpisodeClient against the real env server (echo test bundle) on loopback uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+from websockets.asyncio.server import serve as ws_serve
+
+from agentrl.envs.client import (
+    EnvAuthError,
+    EnvClientError,
+    EnvConnectionError,
+    EnvResetError,
+    EnvTimeoutError,
+    EpisodeClient,
+    ws_url,
+)
+from agentrl.envs.server import build_app, serve_in_background, start_server_in_thread
+from agentrl.envs.server.echo import EchoBundle
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url():
+    with serve_in_background(build_app(EchoBundle(), tool_timeout=0.5)) as base:
+        yield base
+
+
+def test_ws_url():
+    assert ws_url("http://h:1") == "ws://h:1/ws"
+    assert ws_url("https://h/env/") == "wss://h/env/ws"
+    assert ws_url("ws://h:2/ws") == "ws://h:2/ws"
+    with pytest.raises(ValueError):
+        ws_url("ftp://h")
+
+
+async def test_plays_an_episode(url):
+    async with EpisodeClient(url) as env:
+        prompt, system, tools = await env.reset("eval", 1)
+        assert prompt.endswith("answer-eval-1.") and system == "You are a test agent."
+        names = [t["function"]["name"] for t in tools]
+        assert names == ["echo", "sleep", "finish", "end_turn"]
+        assert tools[0]["type"] == "function" and tools[0]["function"]["parameters"]["required"] == ["text"]
+        r = await env.call("echo", {"text": "hi"})
+        assert (r.text, r.is_error, r.done, r.reward) == ("hi", False, False, None)
+        r = await env.call("nope", {})
+        assert r.is_error and r.error_type == "tool_not_found" and not r.done
+        r = await env.end_turn("answer-eval-1")
+        assert (r.done, r.reward, r.scores, r.failure) == (True, 1.0, {"match": 1.0}, None)
+        assert r.metadata["task"]["id"] == "echo-eval-1"
+        # The next episode reuses the connection; a tool may end it.
+        await env.reset("train", 2)
+        r = await env.call("finish", {"answer": "wrong"})
+        assert (r.done, r.reward, r.text) == (True, 0.0, "graded")
+        state = await env.state()
+        assert state["task_id"] == "echo-train-2" and state["done"] is True
+
+
+async def test_bad_requests(url):
+    async with EpisodeClient(url) as env:
+        with pytest.raises(EnvConnectionError):
+            await env.call("echo", {"text": "x"})  # never reset
+        with pytest.raises(EnvResetError, match="there is no split 'dev'") as ei:
+            await env.reset("dev", 0)
+        assert ei.value.metadata["status"] == "error"
+        with pytest.raises(EnvResetError, match="has no task 9"):
+            await env.reset("eval", 9)
+        await env.reset("eval", 0)
+        with pytest.raises(TypeError):
+            await env.call("echo", ["x"])
+        r = await env.call("sleep", {"seconds": 2})  # past the server's tool_timeout
+        assert r.done and r.failure == "tool_timeout" and r.error_type == "timeout" and r.reward is None
+
+
+async def test_multi_turn_end_turn_carries_the_next_prompt():
+    with serve_in_background(build_app(EchoBundle(turns=3))) as url:
+        async with EpisodeClient(url) as env:
+            await env.reset("eval", 0)
+            for _ in range(2):
+                r = await env.end_turn("not yet")
+                assert not r.done and r.prompt.startswith("Task echo-eval-0") and r.system_prompt
+                assert [t["function"]["name"] for t in r.tools][-1] == "end_turn"
+            r = await env.end_turn("answer-eval-0")
+            assert r.done and r.reward == 1.0 and r.prompt is None
+
+
+async def test_token_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ECHO_TOKEN", "tok-123")
+    monkeypatch.setenv("WRONG_TOKEN", "tok-999")
+    with serve_in_background(build_app(EchoBundle(), token="tok-123")) as url:
+        async with EpisodeClient(url, token_var="ECHO_TOKEN") as env:
+            await env.reset("eval", 0)
+            assert (await env.end_turn("answer-eval-0")).reward == 1.0
+        for kwargs in ({"token_var": "WRONG_TOKEN"}, {}):
+            t0 = time.monotonic()
+            with pytest.raises(EnvAuthError):
+                async with EpisodeClient(url, reset_timeout=30, **kwargs) as env:
+                    await env.reset("eval", 0)
+            assert time.monotonic() - t0 < 5  # refused at once, not retried until the deadline
+    with pytest.raises(EnvClientError, match="NOT_SET_ANYWHERE"):
+        EpisodeClient("http://127.0.0.1:1", token_var="NOT_SET_ANYWHERE")
+
+
+async def test_unreachable_server_fails_fast():
+    t0 = time.monotonic()
+    with pytest.raises(EnvConnectionError):
+        async with EpisodeClient(f"http://127.0.0.1:{free_port()}", reset_timeout=0.5) as env:
+            await env.reset("eval", 0)
+    assert time.monotonic() - t0 < 3
+
+
+async def test_silent_server_times_out():
+    async def mute(ws) -> None:
+        async for _ in ws:
+            pass
+
+    async with ws_serve(mute, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(EnvTimeoutError):
+            async with EpisodeClient(f"http://127.0.0.1:{port}", reset_timeout=0.5) as env:
+                await env.reset("eval", 0)
+
+
+async def test_waits_for_room_on_a_full_server():
+    with serve_in_background(build_app(EchoBundle(), max_concurrent_envs=1)) as url:
+        holder = EpisodeClient(url)
+        await holder.reset("eval", 0)
+        async with EpisodeClient(url, reset_timeout=0.4) as impatient:
+            with pytest.raises(EnvConnectionError, match="no room"):
+                await impatient.reset("eval", 1)
+
+        async def release() -> None:
+            await asyncio.sleep(0.5)
+            await holder.close()
+
+        async with EpisodeClient(url, reset_timeout=10) as patient:
+            t0 = time.monotonic()
+            releaser = asyncio.create_task(release())
+            prompt, _, _ = await patient.reset("eval", 1)
+            assert time.monotonic() - t0 >= 0.45 and "answer-eval-1" in prompt
+            await releaser
+            assert (await patient.end_turn("answer-eval-1")).reward == 1.0
+
+
+async def test_rides_out_a_server_restart():
+    port = free_port()
+    app = build_app(EchoBundle())
+    _, stop = start_server_in_thread(app, port=port)
+    async with EpisodeClient(f"http://127.0.0.1:{port}", reset_timeout=20) as env:
+        await env.reset("eval", 0)
+        assert (await env.call("echo", {"text": "before"})).text == "before"
+        await asyncio.to_thread(stop)  # the server goes away mid-episode
+        with pytest.raises(EnvConnectionError):
+            await env.call("echo", {"text": "lost"})
+
+        async def restart() -> None:
+            await asyncio.sleep(1.0)
+            _, stop2 = await asyncio.to_thread(start_server_in_thread, build_app(EchoBundle()), port=port)
+            restarted.append(stop2)
+
+        restarted: list = []
+        task = asyncio.create_task(restart())
+        t0 = time.monotonic()
+        await env.reset("eval", 0)  # waits while the server is down, then plays on
+        assert time.monotonic() - t0 >= 0.9
+        await task
+        assert (await env.end_turn("answer-eval-0")).reward == 1.0
+    await asyncio.to_thread(restarted[0])
