@@ -143,3 +143,11 @@ class ArithBundle(FolderBundle):
 
     def episode(self, split: str, index: int) -> ArithEpisode:
         return ArithEpisode(self.row(split, index), self.task_info(split, index))
+
+    def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
+        """The problem answered correctly (teacher `optimal` or `label`): system, user, assistant messages."""
+        if teacher not in ("optimal", "label"):
+            raise ValueError(f"arith teacher must be 'optimal' or 'label', not {teacher!r}")
+        turn = self.episode(split, index).first_turn()
+        return [{"role": "system", "content": turn.system_prompt}, {"role": "user", "content": turn.prompt},
+                {"role": "assistant", "content": f"Answer: {self.row(split, index)['label']}"}]
