@@ -1,0 +1,90 @@
+"""One model turn over an OpenAI-compatible `/v1/chat/completions` endpoint (a session's `base_url`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+class ChatError(Exception):
+    """A model turn that failed; `failure` is the flag the rollout carries (model_timeout, model_error, ...)."""
+
+    def __init__(self, failure: str, message: str) -> None:
+        super().__init__(message)
+        self.failure = failure
+
+
+@dataclass
+class ChatReply:
+    """The assistant message exactly as returned (echo it back unchanged), and what the turn cost."""
+
+    message: dict[str, Any]
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def content(self) -> str:
+        return self.message.get("content") or ""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    """A rough token count for text the endpoint has not counted yet (about 4 characters a token)."""
+    chars = 0
+    for m in messages:
+        chars += 16 + len(str(m.get("content") or ""))
+        for call in m.get("tool_calls") or []:
+            chars += len(str(call.get("function", {}).get("arguments", "")))
+    return chars // 4 + 1
+
+
+async def chat(
+    client: httpx.AsyncClient,
+    base_url: str,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    request_kwargs: dict[str, Any] | None = None,
+    max_tokens: int | None = None,
+    timeout: float = 600.0,
+) -> ChatReply:
+    """POST one chat completion to `{base_url}/v1/chat/completions`; raises ChatError, never hangs past `timeout`."""
+    body: dict[str, Any] = {k: v for k, v in (request_kwargs or {}).items() if k not in ("messages", "tools")}
+    body["messages"] = messages
+    if tools:
+        body["tools"] = tools
+    if max_tokens is not None:
+        body["max_tokens"] = min(int(body.get("max_tokens") or max_tokens), int(max_tokens))
+    url = f"{base_url.rstrip('/')}/v1/chat/completions"
+    try:
+        response = await client.post(url, json=body, timeout=timeout)
+    except httpx.TimeoutException as exc:
+        raise ChatError("model_timeout", f"no reply from {url} within {timeout:g}s") from exc
+    except httpx.HTTPError as exc:
+        raise ChatError("model_gone", f"could not reach {url}: {exc!r}") from exc
+    if response.status_code != 200:
+        raise ChatError("model_error", f"{url} answered HTTP {response.status_code}: {response.text[:500]}")
+    try:
+        data = response.json()
+        choice = data["choices"][0]
+        message = dict(choice["message"])
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ChatError("model_error", f"{url} sent a malformed completion: {response.text[:300]}") from exc
+    usage = data.get("usage") or {}
+    meta = choice.get("meta_info") or {}
+    prompt_tokens = int(usage.get("prompt_tokens") or meta.get("prompt_tokens") or estimate_tokens(messages))
+    completion_tokens = int(usage.get("completion_tokens") or meta.get("completion_tokens") or 0)
+    return ChatReply(
+        message=message,
+        finish_reason=str(choice.get("finish_reason") or "stop"),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        tool_calls=list(message.get("tool_calls") or []),
+    )
