@@ -1,0 +1,300 @@
+"""The session server: OpenAI chat completions per session, token-in/token-out, API-compatible with Miles.
+
+Endpoints (as Miles' session server v1):
+  GET    /health                                   {"status": "ok", "weight_version": int}
+  POST   /sessions                                 {"session_id": hex}
+  GET    /sessions/{id}                            {"session_id", "records": [...], "metadata": {...}}
+  DELETE /sessions/{id}                            204; 404 when unknown
+  POST   /sessions/{id}/v1/chat/completions        an OpenAI chat completion, recorded
+  GET    /v1/models, /sessions/{id}/v1/models      the one served model
+
+A record is `{"timestamp", "method", "path", "status_code", "request": <body + "input_ids">,
+"response": <the JSON returned>}`; the response's `choices[0].meta_info` carries
+`output_token_logprobs` ([[logprob, token_id], ...]), `completion_tokens`, `prompt_tokens`,
+`cached_tokens`, `weight_version` and `tool_call_errors`. `assemble_sample` turns records into a Sample.
+Errors come back as `{"error": "..."}`: 400 bad or non-extending request, 404 unknown session,
+500 a chat template that cannot extend a turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from agentrl.inference import tito
+from agentrl.inference.tito import MessageValidationError, TokenizationError
+from agentrl.models.tool_calls import parse_tool_calls
+
+
+class SessionNotFoundError(KeyError):
+    """No session with that id (HTTP 404)."""
+
+
+@dataclass
+class Session:
+    """One rollout's conversation and the exact token ids the model has seen and produced."""
+
+    id: str
+    messages: list[dict[str, Any]] = field(default_factory=list)  # ends with the server's assistant reply
+    tools_key: str = "null"
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    token_ids: list[int] = field(default_factory=list)  # last prompt + last completion
+    ended_with_stop: bool = False  # the last completion ended with the end-of-turn token
+    records: list[dict[str, Any]] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class SessionStore:
+    """Thread-safe map of sessions; the trainer may read records from another thread."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def create(self) -> str:
+        sid = uuid.uuid4().hex
+        with self._lock:
+            self._sessions[sid] = Session(sid)
+        return sid
+
+    def get(self, session_id: str) -> Session:
+        with self._lock:
+            session = self._sessions.get(session_id)
+        if session is None:
+            raise SessionNotFoundError(session_id)
+        return session
+
+    def __contains__(self, session_id: str) -> bool:
+        with self._lock:
+            return session_id in self._sessions
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            if self._sessions.pop(session_id, None) is None:
+                raise SessionNotFoundError(session_id)
+
+    def records(self, session_id: str) -> list[dict[str, Any]]:
+        """A copy of the session's records, oldest first."""
+        return copy.deepcopy(self.get(session_id).records)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _number(body: dict, key: str, default: float, kind: type = float) -> Any:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MessageValidationError(f"{key} must be a number, got {value!r}")
+    return kind(value)
+
+
+def _sampling(body: dict[str, Any], default_max_tokens: int) -> dict[str, Any]:
+    """Engine keyword arguments from an OpenAI (+ SGLang extras) request body."""
+    if body.get("stream"):
+        raise MessageValidationError("stream=true is not supported by the session server")
+    if body.get("n") not in (None, 1):
+        raise MessageValidationError("only n=1 is supported")
+    if body.get("stop"):
+        raise MessageValidationError("stop strings are not supported; use stop_token_ids")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    stop_ids = body.get("stop_token_ids") or None
+    if stop_ids is not None and not (isinstance(stop_ids, list) and all(isinstance(s, int) for s in stop_ids)):
+        raise MessageValidationError("stop_token_ids must be a list of integers")
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise MessageValidationError(f"seed must be an integer, got {seed!r}")
+    return {
+        "max_tokens": _number({"max_tokens": max_tokens}, "max_tokens", default_max_tokens, int),
+        "temperature": _number(body, "temperature", 1.0),
+        "top_p": _number(body, "top_p", 1.0),
+        "top_k": _number(body, "top_k", 0, int),
+        "stop_ids": stop_ids,
+        "seed": seed,
+        "ignore_eos": bool(body.get("ignore_eos", False)),
+    }
+
+
+def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens: int = 512,
+                      store: SessionStore | None = None, model_name: str | None = None) -> FastAPI:
+    """The session server as a FastAPI app over `engine` (an `EmbeddedEngine` or anything with its `generate`).
+
+    `tokenizer` renders the chat template (a tokenizer object or a folder; default `engine.tokenizer`).
+    `store` lets the caller keep a handle on the sessions (also at `app.state.sessions`).
+    """
+    if tokenizer is None:
+        tokenizer = engine.tokenizer
+    elif isinstance(tokenizer, str):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError("the tokenizer has no chat template; the session server needs one")
+    store = store or SessionStore()
+    model_name = model_name or str(getattr(engine, "model_path", "agentrl-model"))
+    vocab = tokenizer.get_vocab()
+    end_text = "<|im_end|>" if "<|im_end|>" in vocab else tokenizer.eos_token
+
+    app = FastAPI(title="agentrl session server")
+    app.state.sessions = store
+    app.state.engine = engine
+    app.state.tokenizer = tokenizer
+
+    @app.exception_handler(SessionNotFoundError)
+    async def _not_found(_: Request, exc: SessionNotFoundError) -> JSONResponse:
+        return _error(404, f"session {exc.args[0]} not found")
+
+    @app.exception_handler(MessageValidationError)
+    async def _bad_request(_: Request, exc: MessageValidationError) -> JSONResponse:
+        return _error(400, str(exc))
+
+    @app.exception_handler(TokenizationError)
+    async def _tokenization(_: Request, exc: TokenizationError) -> JSONResponse:
+        return _error(500, str(exc))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "weight_version": getattr(engine, "weight_version", 0), "sessions": len(store)}
+
+    @app.get("/v1/models")
+    @app.get("/sessions/{session_id}/v1/models")
+    async def models(session_id: str | None = None) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "agentrl"}]}
+
+    @app.post("/sessions")
+    async def create_session() -> dict[str, str]:
+        return {"session_id": store.create()}
+
+    @app.get("/sessions/{session_id}")
+    async def get_session(session_id: str) -> dict[str, Any]:
+        session = store.get(session_id)
+        return {"session_id": session_id, "records": copy.deepcopy(session.records),
+                "metadata": _session_metadata(session, tokenizer)}
+
+    @app.delete("/sessions/{session_id}")
+    async def delete_session(session_id: str) -> Response:
+        session = store.get(session_id)
+        async with session.lock:  # let a turn in flight finish recording first
+            store.delete(session_id)
+        return Response(status_code=204)
+
+    @app.post("/sessions/{session_id}/v1/chat/completions")
+    async def chat_completions(session_id: str, request: Request) -> Any:
+        session = store.get(session_id)
+        try:
+            body = await request.json()
+        except json.JSONDecodeError as exc:
+            raise MessageValidationError(f"the body is not JSON: {exc}") from exc
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+            raise MessageValidationError("the body needs a non-empty 'messages' list")
+        params = _sampling(body, default_max_tokens)
+        messages = [tito.normalize_message(m, i) for i, m in enumerate(body["messages"])]
+        tools = body.get("tools") or None
+        kwargs = body.get("chat_template_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise MessageValidationError("chat_template_kwargs must be an object")
+        async with session.lock:
+            if session.id not in store:  # deleted while this request waited for the lock
+                raise SessionNotFoundError(session_id)
+            tools_key = json.dumps(tools, sort_keys=True)
+            if not session.messages:
+                prompt = tito.first_prompt(tokenizer, messages, tools, kwargs)
+                cached = 0
+            else:
+                if tools_key != session.tools_key:
+                    raise MessageValidationError("tools differ from the session's first request; a session keeps its tools")
+                added = tito.new_messages(session.messages, messages)
+                suffix = tito.suffix_ids(tokenizer, session.messages, added, tools, kwargs, end_text,
+                                         session.ended_with_stop)
+                prompt = session.token_ids + suffix
+                cached = len(session.token_ids)
+            try:
+                completion = await engine.generate(prompt, **params)
+            except ValueError as exc:
+                raise MessageValidationError(str(exc)) from exc
+            response, assistant = _response(completion, tokenizer, prompt, cached, model_name)
+            stop_text = tokenizer.decode(completion.token_ids[-1:]) if completion.token_ids else ""
+            session.messages = messages + [tito.normalize_message(assistant, len(messages))]
+            session.tools_key = tools_key
+            session.template_kwargs = kwargs
+            session.token_ids = prompt + list(completion.token_ids)
+            session.ended_with_stop = completion.finish_reason == "stop" and stop_text == end_text
+            session.records.append({
+                "timestamp": time.time(), "method": "POST", "path": "/v1/chat/completions", "status_code": 200,
+                "request": {**body, "input_ids": prompt}, "response": response,
+            })
+        return response
+
+    return app
+
+
+def _response(completion: Any, tokenizer: Any, prompt: list[int], cached: int,
+              model_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    ids = list(completion.token_ids)
+    text_ids = ids[:-1] if completion.finish_reason == "stop" and ids else ids  # drop the stop token's text
+    text = tokenizer.decode(text_ids, skip_special_tokens=False)
+    content, tool_calls, errors = parse_tool_calls(text)
+    if completion.finish_reason == "length":
+        finish = "length"
+    else:
+        finish = "tool_calls" if tool_calls else "stop"
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    response = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model_name,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "finish_reason": finish,
+            "logprobs": None,
+            "meta_info": {
+                "output_token_logprobs": [[lp, t] for lp, t in zip(completion.logprobs, ids, strict=True)],
+                "completion_tokens": len(ids),
+                "prompt_tokens": len(prompt),
+                "cached_tokens": cached,
+                "weight_version": getattr(completion, "weight_version", 0),
+                "tool_call_errors": errors,
+            },
+        }],
+        "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids), "total_tokens": len(prompt) + len(ids)},
+    }
+    return response, message
+
+
+def _session_metadata(session: Session, tokenizer: Any) -> dict[str, Any]:
+    """Miles' session metadata, with `tito_session_mismatch` from a canonical re-render."""
+    meta: dict[str, Any] = {"accumulated_token_ids": list(session.token_ids), "max_trim_tokens": 0}
+    if session.messages:
+        try:
+            rendered = tito.render_text(tokenizer, session.messages, json.loads(session.tools_key), False,
+                                      session.template_kwargs)
+        except MessageValidationError:
+            return meta
+        decoded = tokenizer.decode(session.token_ids, skip_special_tokens=False)
+        if rendered.startswith(decoded) and not rendered[len(decoded):].strip():
+            meta["tito_session_mismatch"] = []
+        else:
+            at = next((i for i, (a, b) in enumerate(zip(decoded, rendered, strict=False)) if a != b),
+                      min(len(decoded), len(rendered)))
+            meta["tito_session_mismatch"] = [{"type": "text", "position": at,
+                                              "tokens": decoded[at:at + 40], "rendered": rendered[at:at + 40]}]
+    return meta
