@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 class RewardError(ValueError):
@@ -59,3 +60,82 @@ class Asymmetric:
         if selected_reward is not None and selected_reward >= self.correct_threshold:
             return self.correct_weight
         return self.incorrect_weight
+
+
+# -- Miles hooks and the group filter ---------------------------------------------------------------------
+# Samples are Miles `Sample`s (attributes `reward`, `metadata`, `status`), the built-in trainer's
+# `RolloutOutput`s, or plain dicts; a group may nest lists (Miles' multi-sample mode).
+
+FAILED_REASON = "agentenv_failed"
+
+
+@dataclass
+class _LocalDynamicFilterOutput:
+    """Same fields as Miles' `DynamicFilterOutput`, for when Miles is not installed."""
+
+    keep: bool
+    reason: str | None = None
+
+
+def _dynamic_filter_output_cls() -> type:
+    try:
+        from miles.rollout.filter_hub.base_types import DynamicFilterOutput
+    except ImportError:  # Miles is optional: the built-in trainer uses the same filter
+        return _LocalDynamicFilterOutput
+    return DynamicFilterOutput
+
+
+def _flatten(samples: Any) -> list[Any]:
+    if isinstance(samples, (list, tuple)):
+        return [s for item in samples for s in _flatten(item)]
+    return [samples]
+
+
+def _get(sample: Any, name: str) -> Any:
+    return sample.get(name) if isinstance(sample, dict) else getattr(sample, name, None)
+
+
+def sample_failed(sample: Any) -> bool:
+    """True for a flagged rollout, an aborted one, or one whose agent returned no reward."""
+    metadata = _get(sample, "metadata") or {}
+    if metadata.get("agentenv_failure"):
+        return True
+    status = _get(sample, "status")
+    if status is not None and str(getattr(status, "value", status)).lower() in ("aborted", "failed"):
+        return True
+    if isinstance(sample, dict) and "metadata" not in sample:
+        return sample.get("reward") is None
+    return "reward" not in metadata or _get(sample, "reward") is None
+
+
+def keep_scored_groups(args: Any, samples: Any, **kwargs: Any) -> bool:
+    """Dynamic sampling filter: drop a group that holds a flagged rollout or a sample without a reward.
+
+    Use only in training; in eval nothing is filtered (a flagged rollout simply scores 0).
+    """
+    return not any(sample_failed(s) for s in _flatten(samples))
+
+
+def filter_scored_groups(args: Any, samples: Any, **kwargs: Any) -> Any:
+    """`keep_scored_groups` as Miles' `DynamicFilterOutput(keep, reason="agentenv_failed")`, so Miles counts
+    drops under `rollout/dynamic_filter/drop_agentenv_failed`. For `--dynamic-sampling-filter-path`."""
+    keep = keep_scored_groups(args, samples, **kwargs)
+    return _dynamic_filter_output_cls()(keep=keep, reason=None if keep else FAILED_REASON)
+
+
+def _metadata_reward(sample: Any) -> float:
+    metadata = _get(sample, "metadata") or {}
+    if metadata.get("agentenv_failure"):
+        return 0.0
+    reward = metadata.get("reward")
+    return 0.0 if reward is None else float(reward)
+
+
+async def reward_func(args: Any, samples: Any, **kwargs: Any) -> float | list[float]:
+    """Miles `--custom-rm-path` hook: the reward the agent function returned (0 when flagged or missing).
+
+    Miles awaits it with one sample (returns a float) or with a list (returns a list, one per sample).
+    """
+    if isinstance(samples, (list, tuple)):
+        return [_metadata_reward(s) for s in samples]
+    return _metadata_reward(samples)
