@@ -1,0 +1,129 @@
+"""The env server as its own process: SIGTERM with live episodes, and the Hydra `serve` entry point."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentrl.envs.bundles import load_bundle
+from agentrl.envs.client import EnvConnectionError, EpisodeClient
+
+REPO = Path(__file__).resolve().parents[2]
+
+ECHO_SERVER = """
+import sys
+from agentrl.envs.serve import run_server
+from agentrl.envs.server import build_app
+from agentrl.envs.server.echo import EchoBundle
+run_server(build_app(EchoBundle(marker_dir=sys.argv[1])), "127.0.0.1", int(sys.argv[2]), log_level="warning")
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} never became healthy")
+
+
+def test_sigterm_tears_live_episodes_down(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(tmp_path), str(port)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+
+        async def live_episodes() -> list[EpisodeClient]:
+            clients = [EpisodeClient(url) for _ in range(3)]
+            for i, c in enumerate(clients):
+                await c.reset("train", i)
+            return clients
+
+        async def scenario() -> None:
+            clients = await live_episodes()
+            assert not list(tmp_path.glob("closed-*"))
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 30)
+            assert time.monotonic() - t0 < 10
+            with pytest.raises(EnvConnectionError):  # the episode went with the server
+                await clients[0].call("echo", {"text": "x"})
+            for c in clients:
+                await c.close()
+
+        asyncio.run(scenario())
+        # uvicorn re-raises the signal once its shutdown is done, so the exit says "terminated".
+        assert proc.returncode in (0, -signal.SIGTERM), proc.communicate()[1][-3000:]
+        closed = sorted(p.name.split("-")[1:4] for p in tmp_path.glob("closed-*"))
+        assert closed == [["echo", "train", "0"], ["echo", "train", "1"], ["echo", "train", "2"]]
+        assert all(f"-{proc.pid}-" in p.name for p in tmp_path.glob("closed-*"))
+        with pytest.raises(ProcessLookupError):  # nothing left behind
+            os.kill(proc.pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+def test_hydra_entry_serves_gridsim_behind_a_token(tmp_path):
+    port = free_port()
+    env = {**os.environ, "GRID_TOKEN": "grid-secret", "AGENTRL_HOME": str(tmp_path)}
+    cmd = [sys.executable, "-m", "agentrl.envs.serve", "env=gridsim", f"port={port}", "token_var=GRID_TOKEN",
+           "max_concurrent_envs=2", "log_level=warning"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        assert httpx.get(f"{url}/metadata").status_code == 401
+        meta = httpx.get(f"{url}/metadata", headers={"Authorization": "Bearer grid-secret"}).json()
+        assert meta["name"] == "gridsim"
+        schedule = load_bundle("gridsim").row("eval", 3)["optimal_schedule"]
+
+        async def play() -> float | None:
+            os.environ["GRID_TOKEN"] = "grid-secret"
+            try:
+                async with EpisodeClient(url, token_var="GRID_TOKEN") as client:
+                    _, _, tools = await client.reset("eval", 3)
+                    assert [t["function"]["name"] for t in tools] == ["submit_schedule", "end_turn"]
+                    return (await client.call("submit_schedule", {"schedule": schedule})).reward
+            finally:
+                del os.environ["GRID_TOKEN"]
+
+        assert asyncio.run(play()) == 1.0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) in (0, -signal.SIGTERM)
+        assert not list(tmp_path.iterdir())  # a server writes no run folder
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_hydra_entry_refuses_an_unset_token_var(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NO_SUCH_TOKEN_VAR"}
+    out = subprocess.run([sys.executable, "-m", "agentrl.envs.serve", "token_var=NO_SUCH_TOKEN_VAR",
+                          f"port={free_port()}"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "NO_SUCH_TOKEN_VAR" in out.stderr + out.stdout
