@@ -97,6 +97,13 @@ def main() -> int:
     except Exception as exc:  # reported to the host, which fails the deploy with this message
         send({"hello": token, **_error(exc)})
         return 1
+    if os.environ.get("AGENTRL_PRELOAD") == "1":
+        # A warm container has time to spare: read every split now so its task assignment is one round trip.
+        for split in bundle.splits():
+            try:
+                bundle.task_info(split, 0)
+            except Exception:  # an empty or odd split is the episode's business, not the warm-up's
+                pass
     send({"hello": token, "ok": True})
     agent = Agent(bundle)
     for line in rfile:

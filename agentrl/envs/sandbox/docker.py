@@ -380,7 +380,7 @@ class DockerSandbox(Sandbox):
 
     async def _warm_one(self) -> None:
         try:
-            box = await self._launch()
+            box = await self._launch(warm=True)
             if self._closing:
                 await self._remove(box)
             else:
@@ -390,7 +390,7 @@ class DockerSandbox(Sandbox):
         finally:
             self._warming -= 1
 
-    def _create(self, name: str) -> str:
+    def _create(self, name: str, warm: bool) -> str:
         api = self._api
         host_config = api.create_host_config(
             binds={h: {"bind": c, "mode": "ro"} for h, c in self._mounts.items()},
@@ -401,7 +401,8 @@ class DockerSandbox(Sandbox):
                   "agentrl.bundle": str(self.bundle_spec["bundle"]).rsplit("/", 1)[-1]}
         env = {"AGENTRL_TOKEN": name, "AGENTRL_SOCKET": f"{SOCKET_DIR}/host.sock", "HOME": "/tmp",
                "AGENTRL_BUNDLE_SPEC": json.dumps(self.bundle_spec), "AGENTRL_BUNDLE_LOADER": self.loader,
-               "PYTHONPATH": HOST_ROOT + str(_PACKAGE.parent), "PYTHONDONTWRITEBYTECODE": "1"}
+               "PYTHONPATH": HOST_ROOT + str(_PACKAGE.parent), "PYTHONDONTWRITEBYTECODE": "1",
+               "AGENTRL_PRELOAD": "1" if warm else "0"}
         # -P keeps the agent's own folder (which holds docker.py, image.py) off sys.path.
         agent = f"{HOST_ROOT}{_PACKAGE}/envs/sandbox/container_agent.py"
         cid = api.create_container(self.image, ["python3", "-P", agent], name=name, labels=labels,
@@ -410,18 +411,20 @@ class DockerSandbox(Sandbox):
         api.start(cid)
         return cid
 
-    async def _launch(self) -> _Box:
+    async def _launch(self, warm: bool = False) -> _Box:
         """Start a container and wait for its hello (the bundle is loaded then)."""
         loop = asyncio.get_running_loop()
         name = f"agentrl-{self.instance_id}-{next(self._seq)}"
         hello: asyncio.Future = loop.create_future()
         self._pending[name] = hello
-        created = loop.run_in_executor(self._executor, self._create, name)
+        created = loop.run_in_executor(self._executor, self._create, name, warm)
         try:
             await asyncio.shield(created)
             deadline = time.monotonic() + self.deploy_timeout
+            check = 1.0  # look at the container now and then (backing off: inspects load a busy daemon)
             while not hello.done():
-                await asyncio.wait({hello}, timeout=1.0)
+                await asyncio.wait({hello}, timeout=check)
+                check = min(check * 2, 8.0)
                 if hello.done():
                     break
                 state = await self._run(self._state, name)
