@@ -8,7 +8,7 @@ from typing import Any
 from agentrl.envs.bundles import FolderBundle
 from agentrl.envs.task import TaskInfo
 
-from .episode import GridSimEpisode
+from .episode import GridSimEpisode, parse_day
 from .prompts import PROMPT_STYLES, SUBMIT_SCHEDULE_TOOL, TOOL_NAME, system_prompt, user_prompt
 
 TEACHERS = ("optimal", "greedy")
@@ -28,6 +28,7 @@ class GridSimBundle(FolderBundle):
             raise ValueError(f"gridsim prompt_style must be one of {PROMPT_STYLES}, not {style!r}")
         self.prompt_style = style
         self._infos: dict[tuple[str, int], TaskInfo] = {}
+        self._days: dict[tuple[str, int], tuple] = {}
 
     def task_info(self, split: str, index: int) -> TaskInfo:
         key = (split, index)
@@ -41,7 +42,12 @@ class GridSimBundle(FolderBundle):
         return info
 
     def episode(self, split: str, index: int) -> GridSimEpisode:
-        return GridSimEpisode(self.row(split, index), self.task_info(split, index), self.prompt_style)
+        record, info = self.row(split, index), self.task_info(split, index)
+        cached = self._days.get((split, index))
+        if cached is None:
+            day, prompt = parse_day(record), user_prompt(record, self.prompt_style)
+            cached = self._days[(split, index)] = (day, prompt)
+        return GridSimEpisode(record, info, self.prompt_style, *cached)
 
     def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
         """The task played by `teacher` (`optimal` or `greedy`) as OpenAI-style chat messages:

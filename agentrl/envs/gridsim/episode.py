@@ -63,15 +63,24 @@ def parse_schedule(arguments: Any) -> tuple[list[int] | None, list[str]]:
     return (None, problems) if problems else (schedule, [])
 
 
+def parse_day(record: dict[str, Any]) -> tuple[tuple[int, ...], Battery, int]:
+    """A record's exact inputs: prices in cents, the battery, and the optimum in 1e-4 $."""
+    cents = tuple(int(round(p * 100)) for p in record["prices"])
+    return cents, Battery.from_json(record["battery"]), int(round(record["optimal_profit"] * UNITS_PER_USD))
+
+
 class GridSimEpisode(Episode):
     """One day with one battery. Plain state: cheap to create, grade and throw away."""
 
-    def __init__(self, record: dict[str, Any], info: TaskInfo, prompt_style: str = "full") -> None:
+    def __init__(self, record: dict[str, Any], info: TaskInfo, prompt_style: str = "full",
+                 day: tuple[tuple[int, ...], Battery, int] | None = None, prompt: str | None = None) -> None:
+        """`day` is (prices in cents, battery, optimum in 1e-4 $), parsed from `record` when not given;
+        `prompt` is the rendered user prompt when the caller has it cached."""
         self._record = record  # holds references: never rendered into anything the agent reads
         self.info = info
         self._style = prompt_style
-        self._battery = Battery.from_json(record["battery"])
-        self._best_units = int(round(record["optimal_profit"] * UNITS_PER_USD))
+        self._cents, self._battery, self._best_units = day or parse_day(record)
+        self._prompt = prompt
         self.submissions_used = 0
         self.schedule: list[int] | None = None
         self.profit_units: int | None = None
@@ -80,7 +89,9 @@ class GridSimEpisode(Episode):
         self.end_reason: str | None = None
 
     def first_turn(self) -> Turn:
-        return Turn(prompt=user_prompt(self._record, self._style), system_prompt=system_prompt(self._style),
+        if self._prompt is None:
+            self._prompt = user_prompt(self._record, self._style)
+        return Turn(prompt=self._prompt, system_prompt=system_prompt(self._style),
                     tools=[SUBMIT_SCHEDULE_TOOL])
 
     @property
@@ -142,13 +153,10 @@ class GridSimEpisode(Episode):
         return f"HE{t + 1:02d}: charge, but the battery is already full ({soc}/{d} hours stored)"
 
     def _grade_schedule(self, schedule: list[int]) -> ToolResult:
-        units = profit_units(self._cents(), schedule, self._battery)
+        units = profit_units(self._cents, schedule, self._battery)
         self.schedule, self.profit_units = schedule, units
         self._grade = score(units, self._best_units)
         self._finish("graded")
         out = {"accepted": True, "feasible": True, "profit_usd": round(units / UNITS_PER_USD, 2),
                "reward": self._grade, "done": True}
         return ToolResult(json.dumps(out), done=True)
-
-    def _cents(self) -> list[int]:
-        return [int(round(p * 100)) for p in self._record["prices"]]
