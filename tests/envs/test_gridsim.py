@@ -161,6 +161,13 @@ def test_lenient_wrappings_are_accepted(bundle, wrap):
     assert res.done and ep.scores() == {"grade": 1.0}
 
 
+@pytest.mark.parametrize("arguments", [None, "", "[1, 0]", 42, ["not", "a", "dict"]])
+def test_arguments_that_are_not_an_object_are_answered(bundle, arguments):
+    res = bundle.episode("eval", 1).call_tool(TOOL, arguments)
+    out = _payload(res)
+    assert out["accepted"] is False and not res.done and out["problems"]
+
+
 def test_unknown_tool_is_an_error_that_costs_nothing(bundle):
     ep = bundle.episode("eval", 3)
     res = ep.call_tool("get_optimum", {})
