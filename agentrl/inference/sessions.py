@@ -45,7 +45,8 @@ class Session:
 
     id: str
     messages: list[dict[str, Any]] = field(default_factory=list)  # ends with the server's assistant reply
-    tools_key: str = "null"
+    tools: list[Any] | None = None
+    tools_key: str = "null"  # canonical JSON of `tools`, for comparing later requests
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     token_ids: list[int] = field(default_factory=list)  # last prompt + last completion
     ended_with_stop: bool = False  # the last completion ended with the end-of-turn token
@@ -230,7 +231,7 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
             response, assistant = _response(completion, tokenizer, prompt, cached, model_name)
             stop_text = tokenizer.decode(completion.token_ids[-1:]) if completion.token_ids else ""
             session.messages = messages + [tito.normalize_message(assistant, len(messages))]
-            session.tools_key = tools_key
+            session.tools, session.tools_key = tools, tools_key
             session.template_kwargs = kwargs
             session.token_ids = prompt + list(completion.token_ids)
             session.ended_with_stop = completion.finish_reason == "stop" and stop_text == end_text
@@ -285,7 +286,7 @@ def _session_metadata(session: Session, tokenizer: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {"accumulated_token_ids": list(session.token_ids), "max_trim_tokens": 0}
     if session.messages:
         try:
-            rendered = tito.render_text(tokenizer, session.messages, json.loads(session.tools_key), False,
+            rendered = tito.render_text(tokenizer, session.messages, session.tools, False,
                                       session.template_kwargs)
         except MessageValidationError:
             return meta
