@@ -1,15 +1,156 @@
-"""Placeholder until the agent patterns land: accepts its config so plans compose and validate."""
+"""Adversarial (`agent=adversarial`): a proposer writes a problem variant, a solver answers it.
+
+The proposer reads the row's problem and writes a variant as `<problem>...</problem>` with its exact value as
+`<expression>...</expression>`, an arithmetic expression the agent evaluates itself. Only a valid, verifiable
+variant counts: the expression must evaluate exactly to an integer (and match a stated `Answer:`, if any).
+The solver then answers the variant, checked with arith's verifier against that integer. The solver is
+rewarded for surviving (1 when right), the proposer for breaking it (1 when the solver is wrong); an invalid
+variant gives the proposer 0 and is not played (an early exit). Rewards pass through the reward group as the
+score `correct`. Math tasks only: the variant is checked by the agent, not by the env.
+"""
 
 from __future__ import annotations
 
+import ast
+import operator
+import re
+from dataclasses import asdict
+from fractions import Fraction
 from typing import Any
+
+import httpx
+
+from agentrl.agents.base import (
+    PlaySettings,
+    RewardFn,
+    RolloutOutput,
+    SessionPool,
+    new_play_id,
+    parse_roles,
+    role_output,
+    task_prompts,
+    with_role,
+)
+from agentrl.agents.chat import new_stats, role_turn
+from agentrl.config.agent import AdversarialAgentConfig
+from agentrl.envs.arith.verify import extract_answer, to_number, verify_answer
+
+ROLES = ("proposer", "solver")
+# The parsing contract of this pattern, appended to the proposer's configured prompt.
+PROPOSER_FORMAT = ("Write the new problem inside <problem>...</problem> and its exact value as an arithmetic "
+                   "expression inside <expression>...</expression> (numbers, + - * / % ** and parentheses).")
+_TAG = {t: re.compile(rf"<{t}>(.*?)</{t}>", re.S | re.I) for t in ("problem", "expression")}
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_SYMBOLS = {"×": "*", "·": "*", "÷": "/", "−": "-", "–": "-", "^": "**"}
+MAX_MAGNITUDE = 10**15
+
+
+class InvalidProblem(ValueError):
+    """A proposed variant that cannot be verified."""
+
+
+def evaluate(expression: str) -> int:
+    """The exact integer value of an arithmetic expression; InvalidProblem for anything else."""
+    text = expression.strip()
+    for symbol, op in _SYMBOLS.items():
+        text = text.replace(symbol, op)
+    text = re.sub(r"\bmod\b", "%", text)
+    if not text or len(text) > 500:
+        raise InvalidProblem("the expression is empty or too long")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise InvalidProblem(f"not an arithmetic expression: {exc.msg}") from None
+
+    def value(node: ast.AST) -> Fraction:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return Fraction(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = value(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            a, b = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Pow) and (b.denominator != 1 or not 0 <= b <= 64 or abs(a) > 10**6):
+                raise InvalidProblem("powers need a whole exponent 0..64 and a base up to 10^6")
+            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and b == 0:
+                raise InvalidProblem("division by zero")
+            out = _OPS[type(node.op)](a, b)
+            if abs(out) > MAX_MAGNITUDE:
+                raise InvalidProblem("the value is too large")
+            return Fraction(out)
+        raise InvalidProblem(f"{type(node).__name__} is not allowed in an arithmetic expression")
+
+    result = value(tree.body)
+    if result.denominator != 1:
+        raise InvalidProblem(f"the expression's value {result} is not an integer")
+    return int(result)
+
+
+def parse_variant(text: str) -> tuple[str, int]:
+    """(problem, integer label) of a proposer's reply; InvalidProblem when it is not valid and verifiable."""
+    problem = _TAG["problem"].findall(text or "")
+    expression = _TAG["expression"].findall(text or "")
+    if not problem or not problem[-1].strip():
+        raise InvalidProblem("no <problem>...</problem>")
+    if not expression:
+        raise InvalidProblem("no <expression>...</expression>")
+    label = evaluate(expression[-1])
+    stated = extract_answer(_TAG["problem"].sub("", text))
+    if stated is not None and to_number(stated) is not None and to_number(stated) != label:
+        raise InvalidProblem(f"the stated answer {stated} is not the expression's value {label}")
+    return problem[-1].strip(), label
 
 
 class AdversarialAgent:
-    """Not yet available."""
+    """Plays one row as a proposer sample and, for a valid variant, a solver sample."""
 
     def __init__(self, **config: Any) -> None:
-        self.config = config
+        self.settings = PlaySettings.split(config, allowed=("roles",))
+        defaults = [asdict(r) for r in AdversarialAgentConfig().roles]
+        self.roles = parse_roles(self.settings.extra.get("roles"), ROLES, defaults)
 
-    async def run(self, base_url: str, prompt: Any, request_kwargs: dict, metadata: dict, **kw: Any) -> dict:
-        raise NotImplementedError("agent pattern 'adversarial' is not yet available in this version of agentrl")
+    async def play(self, sessions: SessionPool, row: dict[str, Any], *, reward_fn: RewardFn,
+                   request_kwargs: dict[str, Any]) -> list[RolloutOutput]:
+        system, task = task_prompts(row)
+        proposer, solver = (self.roles[n] for n in ROLES)
+        play_id = new_play_id()
+        s = self.settings
+        turn_kw = {"request_kwargs": request_kwargs, "max_response_tokens": s.max_response_tokens,
+                   "max_context_tokens": s.max_context_tokens, "timeout": s.model_timeout}
+        p_url = await sessions.open(proposer.name)
+        p_stats = new_stats()
+        prompt = "\n\n".join(p for p in (proposer.prompt, PROPOSER_FORMAT) if p)
+        async with httpx.AsyncClient(trust_env=False) as client:
+            reply = await role_turn(client, p_url, [{"role": "system", "content": prompt},
+                                                    {"role": "user", "content": task}], p_stats, **turn_kw)
+            try:
+                if reply is None:
+                    raise InvalidProblem("the proposer gave no reply")
+                problem, label = parse_variant(reply.content)
+            except InvalidProblem as exc:
+                p_stats.update(agentenv_valid=False, agentenv_invalid_reason=str(exc), agentenv_early_exit=True)
+                return [role_output(p_url, proposer, 0.0, p_stats, play_id)]
+            s_url = await sessions.open(solver.name)
+            s_stats = new_stats()
+            answer = await role_turn(client, s_url, [{"role": "system", "content": with_role(system, solver)},
+                                                     {"role": "user", "content": problem}], s_stats, **turn_kw)
+        shared = {"agentenv_valid": True, "agentenv_problem": problem, "agentenv_label": label}
+        if answer is None:  # no fair contest: neither side earns anything
+            p_stats.update(agentenv_failure=s_stats["agentenv_failure"], agentenv_error=s_stats["agentenv_error"])
+            flagged = {**shared, "agentenv_early_exit": True}
+            return [role_output(p_url, proposer, 0.0, {**p_stats, **flagged}, play_id),
+                    role_output(s_url, solver, 0.0, {**s_stats, **flagged}, play_id)]
+        solved = verify_answer(answer.content, str(label))
+        outputs = []
+        for role, url, stats, score in ((proposer, p_url, p_stats, 1.0 - solved), (solver, s_url, s_stats, solved)):
+            scores = {"correct": score}
+            try:
+                reward = float(reward_fn(scores))
+            except Exception as exc:  # the reward group's error names the score it wanted
+                stats.update(agentenv_failure="no_reward", agentenv_error=f"{type(exc).__name__}: {exc}")
+                reward = 0.0
+            meta = {**stats, **shared, "agentenv_scores": scores, "agentenv_solved": bool(solved),
+                    "agentenv_answer": answer.content, "agentenv_early_exit": False}
+            outputs.append(role_output(url, role, reward, meta, play_id))
+        return outputs

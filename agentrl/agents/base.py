@@ -176,3 +176,38 @@ def multi_agent_metrics(outputs: Iterable[RolloutOutput]) -> dict[str, float]:
     for role, rewards in by_role.items():
         metrics[f"reward/{role}"] = sum(rewards) / len(rewards)
     return metrics
+
+
+def task_prompts(row: dict[str, Any]) -> tuple[str, str]:
+    """(system prompt, user prompt) of a row's opening messages."""
+    messages = row.get("messages") or []
+    if isinstance(messages, str):
+        return "", messages
+    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    users = [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
+    if not users:
+        raise ValueError("a row's messages need a user message (the task)")
+    return system, users[-1]
+
+
+def with_role(system: str, role: Role) -> str:
+    """The task's system prompt followed by the role's instructions."""
+    return "\n\n".join(p for p in (system, role.prompt) if p)
+
+
+def role_output(base_url: str, role: Role, reward: float, metadata: dict[str, Any], play_id: str,
+                weight: float = 1.0) -> RolloutOutput:
+    """A multi-agent sample: `reward` × `weight` (0 when flagged), the role in metadata, grouped by role."""
+    raw = 0.0 if metadata.get("agentenv_failure") else float(reward)
+    final = raw * weight
+    meta = {**metadata, "reward": final, "role": role.name, "frozen": role.frozen, "agentenv_play_id": play_id,
+            "agentenv_raw_reward": raw, "agentenv_weight": weight}
+    if role.model:
+        meta["model"] = role.model
+    return RolloutOutput(base_url=base_url, role=role.name, reward=final, metadata=meta, group=role.name)
+
+
+def reward_weight(reward_fn: Any, selected_reward: float | None) -> float:
+    """The reward group's weight for an outcome (`Asymmetric.weight`); 1.0 for groups without weights."""
+    weight = getattr(reward_fn, "weight", None)
+    return float(weight(selected_reward)) if callable(weight) else 1.0

@@ -307,3 +307,68 @@ class ToolCallingAgent:
                         reward_fn=reward_fn, **self.settings.run_kwargs())
         out.update(role=self.role, frozen=False, agentenv_play_id=new_play_id())
         return [RolloutOutput(base_url=base_url, role=self.role, reward=out["reward"], metadata=out)]
+
+
+def task_tool_call(tools: list[dict[str, Any]], answer: str) -> tuple[str, dict[str, Any]] | None:
+    """(name, arguments) that hand `answer` to the task's one tool, when the task has exactly one tool besides
+    end_turn taking one required argument (arith's submit_answer, GridSim's submit_schedule); else None."""
+    task_tools = [t.get("function", t) for t in tools if t.get("function", t).get("name") != END_TURN]
+    if len(task_tools) != 1:
+        return None
+    params = task_tools[0].get("parameters") or {}
+    required = params.get("required") or []
+    if len(required) != 1:
+        return None
+    kind = ((params.get("properties") or {}).get(required[0]) or {}).get("type")
+    value: Any = answer
+    if kind != "string":
+        try:
+            value = json.loads(answer)
+        except ValueError:
+            value = answer
+        if isinstance(value, dict) and required[0] in value:
+            value = value[required[0]]
+    return task_tools[0]["name"], {required[0]: value}
+
+
+async def submit(metadata: dict[str, Any], response: str, *, answer: str | None = None,
+                 reward_fn: RewardFn | None = None, **kw: Any) -> dict[str, Any]:
+    """Score a finished answer on the row's episode without a model: hand `answer` to the task's one tool
+    (see `task_tool_call`) when given, then end the turn with `response` if the episode is still open.
+    Returns the same keys as `run` (no model turns); never raises for env failures; closes the episode."""
+    metadata = dict(metadata or {})
+    play = _Play(messages=[], tools=list(metadata.get("tools") or []), answer=answer or response)
+    env: EpisodeClient | None = None
+    try:
+        env = EpisodeClient(metadata["url"], token_var=metadata.get("token_var") or None,
+                            reset_timeout=float(_setting("reset_timeout", kw, metadata, 600.0)),
+                            tool_timeout=float(_setting("tool_timeout", kw, metadata, 60.0)))
+        try:
+            _, _, env_tools = await env.reset(str(metadata["split"]), int(metadata["index"]))
+        except EnvResetError as exc:
+            play.flag("deploy", str(exc))
+            return _result(play, reward_fn)
+        except EnvConnectionError as exc:
+            play.flag("env_gone", str(exc))
+            return _result(play, reward_fn)
+        call = task_tool_call(play.tools or env_tools, answer) if answer is not None else None
+        if call is not None:
+            play.tool_calls += 1
+            result = await _call(env, call[0], call[1], play)
+            if result is not None and result.done:
+                _finish(play, result)
+        if play.final is None and play.failure is None:
+            result = await _call(env, END_TURN, {"response": response}, play)
+            if result is not None:
+                if result.done:
+                    _finish(play, result)
+                else:
+                    play.flag("max_turns", "the task wanted another turn")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        play.flag("agent_error", f"{type(exc).__name__}: {exc}")
+    finally:
+        if env is not None:
+            await env.close()
+    return _result(play, reward_fn)
