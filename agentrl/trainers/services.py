@@ -1,0 +1,85 @@
+"""The processes a trainer runs beside itself: the inference engine, its session server and the env server.
+
+All three run in this process on loopback ports (threads), and `RolloutServices.close()` stops them in
+reverse order. Nothing here knows about losses or optimizers.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from agentrl.trainers.rollout import RolloutRunner, ToolCallingPlay
+
+log = logging.getLogger(__name__)
+
+
+def agent_for(plan_agent: Any, cfg: DictConfig) -> Any:
+    """The plan's agent when it can `play`; else the built-in tool-calling play with the agent's limits."""
+    play = getattr(plan_agent, "play", None)
+    if callable(play):
+        return plan_agent
+    agent_cfg = cfg.agent
+    return ToolCallingPlay(
+        max_turns=int(cfg.trainer.get("max_turns", agent_cfg.max_turns)),
+        max_response_tokens=int(agent_cfg.max_response_tokens),
+        model_timeout=float(agent_cfg.model_timeout),
+        tool_timeout=float(cfg.env.server.tool_timeout),
+    )
+
+
+@dataclass
+class RolloutServices:
+    """A running engine + session server + env server, and the runner that plays rows through them."""
+
+    engine: Any
+    session_server: Any
+    env_url: str
+    runner: RolloutRunner
+    env_settings: dict[str, Any] = field(default_factory=dict)
+    _stops: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        for stop in reversed(self._stops):
+            try:
+                stop()
+            except Exception:  # noqa: BLE001 - closing the rest matters more than one failure
+                log.exception("stopping a rollout service failed")
+        self._stops.clear()
+
+
+def start_services(cfg: DictConfig, plan: Any, model_path: str) -> RolloutServices:
+    """Start the engine on `model_path`, a session server over it, and the env server (unless env.server.url)."""
+    from hydra.utils import instantiate
+
+    from agentrl.envs.server import build_app, start_server_in_thread
+    from agentrl.inference.server import start_session_server
+
+    stops: list[Any] = []
+    try:
+        server_cfg = cfg.env.server
+        env_url = server_cfg.url
+        if not env_url:
+            sandbox = OmegaConf.to_container(cfg.sandbox, resolve=True)
+            app = build_app(plan.bundle, max_concurrent_envs=int(server_cfg.max_concurrent_envs), sandbox=sandbox,
+                            tool_timeout=float(server_cfg.tool_timeout),
+                            reset_timeout=float(server_cfg.reset_timeout))
+            env_url, stop_env = start_server_in_thread(app, server_cfg.host, int(server_cfg.port))
+            stops.append(stop_env)
+        engine = instantiate(cfg.inference, model_path=model_path)
+        stops.append(engine.close)
+        session_server = start_session_server(engine, host=cfg.inference.host, port=int(cfg.inference.port),
+                                              default_max_tokens=int(cfg.agent.max_response_tokens))
+        stops.append(session_server.stop)
+        frozen = [r.name for r in cfg.agent.get("roles", []) or [] if r.get("frozen")]
+        runner = RolloutRunner(agent_for(plan.agent, cfg), session_server, reward_fn=plan.reward,
+                               frozen_roles=frozen)
+        settings = OmegaConf.to_container(server_cfg, resolve=True)
+        return RolloutServices(engine, session_server, env_url, runner, settings, stops)
+    except BaseException:
+        for stop in reversed(stops):
+            stop()
+        raise
