@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -158,20 +157,18 @@ def _plain_text(rng: random.Random) -> str:
     return json.dumps(obj)
 
 
-def _bundle_chats(name: str, budget_s: float, per_split: int, **options: Any) -> Iterator[tuple[list, list]]:
-    """First turns (and demonstrations, where the bundle has them) of a shipped bundle's tasks."""
+def _bundle_chats(name: str, per_split: int, **options: Any) -> Iterator[tuple[list, list]]:
+    """The first `per_split` tasks of each split of a shipped bundle, as played by one of its teachers where
+    it has demonstrations (GridSim: optimal or greedy, alternately), else as the opening turn."""
     from agentrl.envs.bundles import load_bundle
 
     bundle = load_bundle(bundle=name, **options)
-    deadline = time.monotonic() + budget_s
     for split, count in sorted(bundle.splits().items()):
         for index in range(min(count, per_split)):
-            if time.monotonic() > deadline:
-                return
             turn = bundle.episode(split, index).first_turn()
             msgs = [{"role": "system", "content": turn.system_prompt}, {"role": "user", "content": turn.prompt}]
             try:
-                demo = bundle.demonstration(split, index, "optimal")
+                demo = bundle.demonstration(split, index, ("optimal", "greedy")[index % 2])
             except Exception:  # noqa: BLE001 - demonstrations are optional; many bundles have none
                 demo = None
             yield (demo or msgs), turn.tools
@@ -182,9 +179,11 @@ def bundle_sources() -> list[tuple[str, dict[str, Any]]]:
     return [("gridsim", {"prompt_style": "compact"}), ("gridsim", {"prompt_style": "full"}), ("arith", {})]
 
 
-def corpus(synthetic_chats: int = 3000, bundle_tasks: int = 200, bundle_budget_s: float = 20.0,
-           use_bundles: bool = True) -> tuple[list[str], list[str]]:
-    """The training texts and the names of the sources that contributed (e.g. `gridsim:compact`)."""
+def corpus(synthetic_chats: int = 2000, bundle_tasks: int = 150, use_bundles: bool = True) -> tuple[list[str], list[str]]:
+    """The training texts and the names of the sources that contributed (e.g. `gridsim:compact`).
+
+    Deterministic for a given agentrl checkout: fixed seed, fixed task counts, no time limits.
+    """
     template = chat_template()
     rng = random.Random(CORPUS_SEED)
     texts: list[str] = []
@@ -202,7 +201,7 @@ def corpus(synthetic_chats: int = 3000, bundle_tasks: int = 200, bundle_budget_s
         for name, options in bundle_sources():
             label = ":".join([name, *map(str, options.values())])
             try:
-                chats = list(_bundle_chats(name, bundle_budget_s / 3, bundle_tasks, **options))
+                chats = list(_bundle_chats(name, bundle_tasks, **options))
             except Exception as e:  # noqa: BLE001 - a bundle that cannot load leaves the synthetic corpus
                 log.info("tiny tokenizer corpus: bundle %s not used (%s: %s)", label, type(e).__name__, e)
                 continue

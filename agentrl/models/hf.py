@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 
 
@@ -32,6 +33,8 @@ def local_model(path: str, **_: Any) -> str:
         raise ValueError(f"model.path={folder} has no config.json: not a Hugging Face model folder")
     if not any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS):
         raise ValueError(f"model.path={folder} holds no weights (*.safetensors or pytorch_model*.bin)")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(f"model.path={folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)})")
     from transformers import AutoTokenizer
 
     try:
