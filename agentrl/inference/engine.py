@@ -116,8 +116,8 @@ class EmbeddedEngine:
         self.dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
         self.max_batch_sequences = int(max_batch_sequences)
         self.batch_wait_s = max(0.0, float(batch_wait_ms)) / 1000.0
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype).to(self.device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, local_files_only=True).to(self.device).eval()
         self.model.requires_grad_(False)
         # transformers 5.x renamed the cache argument and output field `past_key_values` -> `cache`.
         params = inspect.signature(self.model.forward).parameters

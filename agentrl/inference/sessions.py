@@ -146,7 +146,7 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer)
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError("the tokenizer has no chat template; the session server needs one")
-    store = store or SessionStore()
+    store = SessionStore() if store is None else store
     model_name = model_name or str(getattr(engine, "model_path", "agentrl-model"))
     vocab = tokenizer.get_vocab()
     end_text = "<|im_end|>" if "<|im_end|>" in vocab else tokenizer.eos_token
