@@ -106,7 +106,8 @@ async def sandbox(client, gridsim):
 
 
 def ours(client, sb: DockerSandbox) -> list:
-    return client.containers.list(all=True, filters={"label": f"agentrl.instance={sb.instance_id}"})
+    return client.containers.list(all=True, filters={"label": f"agentrl.instance={sb.instance_id}"},
+                                  ignore_removed=True)
 
 
 async def play_optimal(sb: DockerSandbox, gridsim, index: int) -> float:
@@ -178,6 +179,20 @@ async def test_killed_container_flags_its_episode_and_the_sandbox_keeps_working(
             break
         await asyncio.sleep(0.1)
     assert ours(client, sandbox) == []
+
+
+@pytest.mark.docker
+async def test_a_cancelled_deploy_leaves_no_container(client, sandbox):
+    task = asyncio.create_task(sandbox.deploy("eval", 0))
+    await asyncio.sleep(0.05)  # the container is being created in a worker thread
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):
+        await asyncio.sleep(0.1)
+        if not ours(client, sandbox):
+            break
+    assert ours(client, sandbox) == [] and sandbox.live_containers() == []
 
 
 @pytest.mark.docker
@@ -283,6 +298,9 @@ async def test_warm_pool_serves_deploys_and_refills_and_shutdown_removes_everyth
     finally:
         await sb.shutdown()  # h1..h3 left open on purpose
     assert ours(client, sb) == []
+    with pytest.raises(SandboxError, match="shut down"):
+        await h3.call_tool("submit_schedule", {"schedule": [0] * 24})
+    await h3.close()  # after shutdown: still never raises
     with pytest.raises(SandboxError, match="not running"):
         await sb.deploy("eval", 0)
 

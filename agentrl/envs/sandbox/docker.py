@@ -134,13 +134,18 @@ class DockerEpisodeHandle(EpisodeHandle):
     async def _call(self, op: str, **kwargs: Any) -> Any:
         if self._closed:
             raise SandboxError(f"episode {self.task_id!r} was closed")
+        if self._sandbox._closing:
+            raise SandboxError("the docker sandbox shut down")
         if self._dead:
             raise SandboxError(self._dead)
         try:
             return await self._box.channel.request(op, **kwargs)
         except _Lost as exc:
             # A container that timed out is still running: there is no exit to wait for.
-            reason = str(exc) if exc.timed_out else await self._sandbox._death_reason(self._box.name, str(exc))
+            try:
+                reason = str(exc) if exc.timed_out else await self._sandbox._death_reason(self._box.name, str(exc))
+            except Exception:  # the sandbox is shutting down under us
+                reason = str(exc)
             self._dead = f"the episode's container died: {reason}"
             self._sandbox._remove_later(self._box)
             raise SandboxError(self._dead) from None
@@ -272,9 +277,10 @@ class DockerSandbox(Sandbox):
         self._executor = ThreadPoolExecutor(self.docker_threads, thread_name_prefix="agentrl-docker")
         try:
             self._api = await self._run(self._connect)
-        except SandboxError:
-            raise
         except Exception as exc:
+            self._executor.shutdown(wait=False)
+            if isinstance(exc, SandboxError):
+                raise
             raise SandboxError(f"no Docker daemon answers: {exc}") from exc
         removed = await self._run(self.remove_leftovers)
         if removed:
@@ -291,6 +297,7 @@ class DockerSandbox(Sandbox):
             self._refill()
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
             if not self._pool:
+                await self.shutdown()
                 raise SandboxError(f"none of the {self.warm_pool} warm containers started; see the log")
 
     def remove_leftovers(self) -> int:
@@ -318,9 +325,9 @@ class DockerSandbox(Sandbox):
         await asyncio.gather(*(self._remove(b) for b in list(self._boxes.values())), return_exceptions=True)
         if self._server is not None:
             self._server.close()
-        # Containers whose start was in flight are caught by the label sweep.
-        await self._run(self._sweep)
-        self._executor.shutdown(wait=True)
+        # Let container starts still in flight finish, then the label sweep removes whatever is left.
+        await asyncio.to_thread(self._executor.shutdown, True)
+        await asyncio.to_thread(self._sweep)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
         atexit.unregister(self._atexit)
         self._api.close()
@@ -482,6 +489,8 @@ class DockerSandbox(Sandbox):
                 code = self._api.wait(name, timeout=3)["StatusCode"]
             except Exception:
                 state = self._state(name)
+                if state.get("Status") == "removed":
+                    return f"the container was removed ({fallback})"
                 if state.get("Status") in ("created", "running"):
                     return fallback
                 code = state.get("ExitCode", "?")
@@ -504,6 +513,8 @@ class DockerSandbox(Sandbox):
         box = self._boxes.pop(name, None) or box
         if isinstance(box, _Box):
             box.channel.close()
+        if self._executor._shutdown:
+            return  # shutdown's label sweep removed it
         await self._run(self._remove_container, name)
 
     def _remove_container(self, name: str) -> None:
@@ -519,8 +530,8 @@ class DockerSandbox(Sandbox):
 
     def _remove_later(self, box: _Box | str) -> None:
         """Remove a container in the background (shutdown's label sweep catches it if the pool is gone)."""
-        if self._executor is None or self._executor._shutdown:
-            return
+        if self._executor is None or self._closing:
+            return  # shutdown's label sweep removes it
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
