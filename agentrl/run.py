@@ -48,6 +48,8 @@ def run(cfg: DictConfig) -> float | None:
     )
     print(plan.describe(tracker.tracking_uri), flush=True)
     if cfg.dry_run:
+        if hasattr(plan.trainer_cls, "dry_run_report"):  # e.g. Miles: the exact command it would launch
+            print(plan.trainer_cls.dry_run_report(cfg, plan), flush=True)
         print(f"dry run: composed, validated and instantiated; MLflow run {tracker.run_id}", flush=True)
         tracker.finish()
         return None

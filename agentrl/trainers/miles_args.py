@@ -1,0 +1,304 @@
+"""The Hydra config of a `trainer=miles` run as Miles' command line and environment.
+
+Pure functions: nothing here imports Miles, starts a process or touches a GPU, so a dry run prints
+exactly what `fit()` would launch, on any machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+LAUNCHER_MODULE = "agentrl.trainers.miles_launcher"
+GENERATE_FUNCTION = "miles.rollout.generate_hub.agentic_tool_call.generate"
+# Miles 0.0.2 registers --custom-agent-function-path (and the new rollout path) only under this flag.
+REFACTOR_ENV = "MILES_EXPERIMENTAL_ROLLOUT_REFACTOR"
+# The name under which Miles' eval mean reward is logged is `eval/<dataset name>`: naming the eval
+# dataset "reward" makes it `eval/reward`, the objective every agentrl trainer reports.
+EVAL_DATASET_NAME = "reward"
+# Families whose fixed (prefix-stable) chat template Miles' wheel forgets to ship; the same files are in
+# the miles-tito-tokenizers package. Tool-only appends; tests check this table against Miles' resolver.
+FIXED_TEMPLATES = {
+    "qwen3": "qwen3_fixed.jinja",
+    "qwen35": "qwen3.5_fixed.jinja",
+    "qwennext": "qwen3_thinking_2507_and_next_fixed.jinja",
+    "kimi25": "kimi_k25_fixed.jinja",
+    "minimax_m25": "minimax_m25_fixed.jinja",
+    "minimax_m27": "minimax_m27_fixed.jinja",
+}
+TEMPLATES_PACKAGE = "miles_tito_tokenizers"
+BACKENDS = ("megatron", "fsdp")
+
+
+class MilesConfigError(ValueError):
+    """The trainer=miles config cannot make a valid Miles run."""
+
+
+@dataclass
+class LaunchContext:
+    """What the run supplies besides its config: data, tracking and where things go."""
+
+    rows: dict[str, Path]  # split -> rows file (the rows writer's output)
+    save_dir: Path
+    tracking_uri: str
+    experiment: str
+    run_id: str
+    env_token_var: str | None = None  # name of the variable holding the env server's token
+    env_token: str | None = None  # its value, passed to Ray workers but never printed
+    pythonpath: str = ""
+
+
+@dataclass
+class MilesLaunch:
+    """The launcher command and its environment (also handed to every Ray worker)."""
+
+    argv: list[str]  # Miles' own arguments
+    env: dict[str, str]
+    secret_env: set[str] = field(default_factory=set)
+    python: str = sys.executable
+
+    @property
+    def command(self) -> list[str]:
+        return [self.python, "-m", LAUNCHER_MODULE, *self.argv]
+
+    def report(self) -> str:
+        """The environment and command as a shell would run them; secrets show as `***`."""
+        env = [f"{k}={'***' if k in self.secret_env else shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        lines = ["miles environment (also given to every Ray worker):", *(f"  {e}" for e in env),
+                 "miles command:", "  " + shlex.quote(self.command[0]) + " " + " ".join(self.command[1:3])]
+        argv, i = self.argv, 0
+        while i < len(argv):  # one flag and its values per line
+            j = i + 1
+            while j < len(argv) and not argv[j].startswith("--"):
+                j += 1
+            lines.append("    " + " ".join(shlex.quote(a) for a in argv[i:j]))
+            i = j
+        return "\n".join(lines)
+
+
+def _get(node: Any, key: str, default: Any = None) -> Any:
+    return node.get(key, default) if hasattr(node, "get") else getattr(node, key, default)
+
+
+def tool_call_parser(cfg: Any) -> str:
+    """trainer.tool_call_parser, else inference.tool_call_parser; both set and different is an error."""
+    mine, engine = cfg.trainer.get("tool_call_parser"), cfg.inference.get("tool_call_parser")
+    if mine and engine and mine != engine:
+        raise MilesConfigError(
+            f"trainer.tool_call_parser={mine!r} but inference.tool_call_parser={engine!r}: set one of them")
+    parser = mine or engine
+    if not parser:
+        raise MilesConfigError("no tool-call parser: set inference.tool_call_parser (qwen25 for Qwen3)")
+    return parser
+
+
+def check_config(cfg: Any) -> None:
+    """Every check that needs no GPU and no Miles: batch sizes, KL, placement, backend."""
+    t = cfg.trainer
+    for key in ("prompts_per_step", "samples_per_prompt", "global_batch_size", "steps", "gpus_per_node",
+                "num_nodes", "rollout_gpus_per_engine", "tensor_parallel", "max_response_tokens"):
+        if int(t[key]) < 1:
+            raise MilesConfigError(f"trainer.{key} must be >= 1, got {t[key]}")
+    if t.prompts_per_step * t.samples_per_prompt != t.global_batch_size:
+        raise MilesConfigError(
+            f"trainer.global_batch_size={t.global_batch_size} must equal prompts_per_step x samples_per_prompt "
+            f"= {t.prompts_per_step} x {t.samples_per_prompt} = {t.prompts_per_step * t.samples_per_prompt} "
+            "(one optimizer step per rollout step)")
+    train_gpus = t.num_nodes * t.gpus_per_node
+    if train_gpus % t.tensor_parallel:
+        raise MilesConfigError(
+            f"trainer.tensor_parallel={t.tensor_parallel} does not divide the {train_gpus} training GPUs")
+    dp = train_gpus // t.tensor_parallel
+    if t.global_batch_size % dp:
+        raise MilesConfigError(
+            f"trainer.global_batch_size={t.global_batch_size} does not divide over {dp} data-parallel ranks "
+            f"({train_gpus} GPUs / tensor_parallel {t.tensor_parallel})")
+    rollout = rollout_gpus(cfg)
+    if rollout % t.rollout_gpus_per_engine:
+        raise MilesConfigError(
+            f"trainer.rollout_gpus_per_engine={t.rollout_gpus_per_engine} does not divide the {rollout} "
+            "rollout GPUs")
+    if t.kl_coef < 0:
+        raise MilesConfigError(f"trainer.kl_coef must be >= 0, got {t.kl_coef}")
+    if t.kl_coef > 0 and not t.ref_checkpoint:
+        raise MilesConfigError(
+            f"trainer.kl_coef={t.kl_coef} needs a reference model: set trainer.ref_checkpoint "
+            "(Miles' --ref-load; an HF folder in bridge mode, a Megatron torch_dist folder otherwise)")
+    if t.train_backend not in BACKENDS:
+        raise MilesConfigError(f"trainer.train_backend must be one of {BACKENDS}, got {t.train_backend!r}")
+    if t.train_backend == "fsdp" and "--ci-test" not in list(t.extra_args):
+        raise MilesConfigError(
+            "trainer.train_backend=fsdp is disabled in miles-rl 0.0.2 (it refuses to run without --ci-test, "
+            "which also turns on CI assertions); use train_backend=megatron, or add '--ci-test' to "
+            "trainer.extra_args knowingly")
+    if t.megatron_to_hf_mode not in ("bridge", "raw"):
+        raise MilesConfigError(f"trainer.megatron_to_hf_mode must be bridge or raw, got {t.megatron_to_hf_mode!r}")
+    if t.steps and t.eval_every < 0:
+        raise MilesConfigError(f"trainer.eval_every must be >= 0, got {t.eval_every}")
+    tool_call_parser(cfg)
+
+
+def rollout_gpus(cfg: Any) -> int:
+    """GPUs SGLang gets: all the training GPUs when colocated, else trainer.rollout_gpus or inference.num_gpus."""
+    t = cfg.trainer
+    if t.colocate:
+        return t.num_nodes * t.gpus_per_node
+    n = t.get("rollout_gpus") or cfg.inference.get("num_gpus") or 0
+    if int(n) < 1:
+        raise MilesConfigError("trainer.colocate=false needs trainer.rollout_gpus (or inference.num_gpus) >= 1")
+    return int(n)
+
+
+def fixed_chat_template(tito_model: str) -> str | None:
+    """The path of `tito_model`'s fixed chat template in miles-tito-tokenizers, None when it needs none.
+
+    Raises MilesConfigError when the family needs one and the package is not installed.
+    """
+    name = FIXED_TEMPLATES.get(tito_model)
+    if name is None:
+        return None
+    spec = importlib.util.find_spec(TEMPLATES_PACKAGE)  # locating does not import it (tiktoken stays out)
+    if spec is None or not spec.submodule_search_locations:
+        raise MilesConfigError(
+            f"--tito-model {tito_model} needs {name}, which miles-rl 0.0.2 does not ship: "
+            "`pip install --no-deps miles-tito-tokenizers==0.1.1` (or set trainer.chat_template_path)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "templates" / name
+    if not path.is_file():
+        raise MilesConfigError(f"{TEMPLATES_PACKAGE} is installed but has no templates/{name}")
+    return str(path)
+
+
+def megatron_model_args(model_path: str | Path) -> list[str]:
+    """Megatron's architecture flags for a dense Qwen3 / Qwen2 / Llama Hugging Face folder (its config.json)."""
+    config_file = Path(model_path) / "config.json"
+    if not config_file.is_file():
+        raise MilesConfigError(f"model.path {model_path} has no config.json (Megatron needs the architecture)")
+    hf = json.loads(config_file.read_text())
+    kind = hf.get("model_type")
+    if kind not in ("qwen3", "qwen2", "llama"):
+        raise MilesConfigError(
+            f"{config_file}: model_type {kind!r} has no built-in Megatron mapping (dense qwen3, qwen2, llama); "
+            "pass the architecture flags in trainer.extra_args")
+    heads = int(hf["num_attention_heads"])
+    kv_heads = int(hf.get("num_key_value_heads") or heads)
+    head_dim = int(hf.get("head_dim") or int(hf["hidden_size"]) // heads)
+    rope = hf.get("rope_theta") or (hf.get("rope_parameters") or {}).get("rope_theta") or 10000
+    args = ["--num-layers", str(hf["num_hidden_layers"]), "--hidden-size", str(hf["hidden_size"]),
+            "--ffn-hidden-size", str(hf["intermediate_size"]), "--num-attention-heads", str(heads)]
+    if kv_heads != heads:
+        args += ["--group-query-attention", "--num-query-groups", str(kv_heads)]
+    args += ["--kv-channels", str(head_dim), "--use-rotary-position-embeddings", "--rotary-base", _num(rope),
+             "--disable-bias-linear", "--normalization", "RMSNorm", "--norm-epsilon", _num(hf.get("rms_norm_eps", 1e-6)),
+             "--swiglu", "--vocab-size", str(hf["vocab_size"])]
+    if kind == "qwen3":
+        args.append("--qk-layernorm")
+    if kind == "qwen2":
+        args.append("--add-qkv-bias")
+    if not hf.get("tie_word_embeddings", False):
+        args.append("--untie-embeddings-and-output-weights")
+    return args
+
+
+def _num(x: Any) -> str:
+    f = float(x)
+    return str(int(f)) if f.is_integer() else repr(f)
+
+
+def _host_port(url: str) -> str:
+    parsed = urlparse(url if "//" in url else f"http://{url}")
+    if not parsed.hostname or not parsed.port:
+        raise MilesConfigError(f"inference.urls entry {url!r} needs a host and a port")
+    return f"{parsed.hostname}:{parsed.port}"
+
+
+def build_argv(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) -> list[str]:
+    """Miles' arguments for this run (what its train.py would get)."""
+    check_config(cfg)
+    t, inf = cfg.trainer, cfg.inference
+    train_split, eval_split = cfg.env.train_split, cfg.env.eval_split
+    for split in (train_split, eval_split):
+        if split not in ctx.rows:
+            raise MilesConfigError(f"no rows for split {split!r}; the rows writer wrote {sorted(ctx.rows)}")
+    a: list[str] = ["--train-backend", t.train_backend]
+    if t.train_backend == "megatron":
+        a += ["--megatron-to-hf-mode", t.megatron_to_hf_mode, *(model_args or []),
+              "--tensor-model-parallel-size", str(t.tensor_parallel),
+              "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
+              "--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32"]
+    # Placement.
+    a += ["--actor-num-nodes", str(t.num_nodes), "--actor-num-gpus-per-node", str(t.gpus_per_node),
+          "--num-gpus-per-node", str(t.gpus_per_node), "--rollout-num-gpus-per-engine", str(t.rollout_gpus_per_engine)]
+    a += ["--colocate"] if t.colocate else ["--rollout-num-gpus", str(rollout_gpus(cfg))]
+    if inf.get("urls"):
+        a += ["--rollout-external", "--rollout-external-engine-addrs", *(_host_port(u) for u in inf.urls)]
+    # Model and checkpoints.
+    a += ["--hf-checkpoint", str(cfg.model.path), "--save", str(ctx.save_dir)]
+    if t.checkpoint_every > 0:
+        a += ["--save-interval", str(t.checkpoint_every)]
+    if t.resume:
+        a += ["--load", str(ctx.save_dir)]
+    if t.ref_checkpoint:
+        a += ["--ref-load", str(t.ref_checkpoint)]
+    # Data: the rows writer's chat rows, prompts kept as message lists (no --apply-chat-template).
+    a += ["--prompt-data", str(ctx.rows[train_split]), "--input-key", "messages", "--metadata-key", "metadata",
+          "--rollout-shuffle", "--rollout-seed", str(cfg.seed), "--seed", str(cfg.seed)]
+    eval_path = str(ctx.rows[eval_split]) + (f"@[0:{t.eval_limit}]" if t.eval_limit else "")
+    a += ["--eval-prompt-data", EVAL_DATASET_NAME, eval_path,
+          "--n-samples-per-eval-prompt", str(t.eval_samples_per_prompt),
+          # 0: evaluate before training and after the last step only.
+          "--eval-interval", str(t.eval_every if t.eval_every > 0 else t.steps)]
+    # The agentic path: Miles' generate function, our agent, reward hook and group filter.
+    a += ["--custom-generate-function-path", GENERATE_FUNCTION, "--custom-agent-function-path", t.agent_function,
+          "--custom-rm-path", t.reward_hook, "--dynamic-sampling-filter-path", t.group_filter,
+          "--use-session-server", "--tito-model", t.tito_model]
+    template = t.chat_template_path or fixed_chat_template(t.tito_model)
+    if template:
+        a += ["--chat-template-path", str(template)]
+    if t.max_seq_len:
+        a += ["--max-seq-len", str(t.max_seq_len)]
+    # SGLang.
+    a += ["--sglang-tool-call-parser", tool_call_parser(cfg),
+          "--sglang-mem-fraction-static", str(inf.get("mem_fraction_static", 0.7))]
+    reasoning = t.get("reasoning_parser") or inf.get("reasoning_parser")
+    if reasoning:
+        a += ["--sglang-reasoning-parser", reasoning]
+    # GRPO.
+    a += ["--advantage-estimator", "grpo", "--num-rollout", str(t.steps),
+          "--rollout-batch-size", str(t.prompts_per_step), "--n-samples-per-prompt", str(t.samples_per_prompt),
+          "--global-batch-size", str(t.global_batch_size),
+          "--rollout-temperature", str(t.temperature), "--rollout-top-p", str(t.top_p),
+          "--rollout-max-response-len", str(t.max_response_tokens),
+          "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(t.max_tokens_per_gpu),
+          "--eps-clip", str(t.clip_low), "--eps-clip-high", str(t.clip_high), "--entropy-coef", "0",
+          "--optimizer", "adam", "--lr", str(t.lr), "--lr-decay-style", "constant",
+          "--weight-decay", str(t.weight_decay), "--adam-beta1", "0.9", "--adam-beta2", "0.98"]
+    if t.kl_coef > 0:
+        a += ["--use-kl-loss", "--kl-loss-coef", str(t.kl_coef), "--kl-loss-type", t.kl_loss_type]
+    # Metrics into this run's MLflow run (the launcher attaches instead of opening a new one).
+    a += ["--use-mlflow", "--mlflow-tracking-uri", ctx.tracking_uri, "--mlflow-experiment-name", ctx.experiment,
+          "--mlflow-run-id", ctx.run_id]
+    return a + [str(x) for x in t.extra_args]
+
+
+def build_env(ctx: LaunchContext) -> tuple[dict[str, str], set[str]]:
+    """Variables the launcher needs and Ray must carry into every worker; and which of them are secret."""
+    env = {REFACTOR_ENV: "1", "MLFLOW_TRACKING_URI": ctx.tracking_uri, "MLFLOW_RUN_ID": ctx.run_id,
+           "PYTHONPATH": ctx.pythonpath}
+    secret: set[str] = set()
+    if ctx.env_token_var:
+        # The agent, inside the RolloutManager actor, reads the env server's token from this variable.
+        env[ctx.env_token_var] = ctx.env_token or ""
+        secret.add(ctx.env_token_var)
+    return env, secret
+
+
+def build_launch(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) -> MilesLaunch:
+    """The whole launch: argv and environment."""
+    env, secret = build_env(ctx)
+    return MilesLaunch(build_argv(cfg, ctx, model_args=model_args), env, secret)
