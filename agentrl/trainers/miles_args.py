@@ -294,6 +294,7 @@ def build_env(ctx: LaunchContext) -> tuple[dict[str, str], set[str]]:
     if ctx.env_token_var:
         # The agent, inside the RolloutManager actor, reads the env server's token from this variable.
         env[ctx.env_token_var] = ctx.env_token or ""
+        env["AGENTRL_ENV_TOKEN_VAR"] = ctx.env_token_var  # so the launcher forwards it whatever its name
         secret.add(ctx.env_token_var)
     return env, secret
 
