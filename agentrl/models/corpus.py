@@ -14,8 +14,6 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from transformers.utils.chat_template_utils import render_jinja_template
-
 log = logging.getLogger(__name__)
 
 # The corpus never depends on the model's seed: every seed shares one tokenizer.
@@ -184,6 +182,8 @@ def corpus(synthetic_chats: int = 2000, bundle_tasks: int = 150, use_bundles: bo
 
     Deterministic for a given agentrl checkout: fixed seed, fixed task counts, no time limits.
     """
+    from transformers.utils.chat_template_utils import render_jinja_template
+
     template = chat_template()
     rng = random.Random(CORPUS_SEED)
     texts: list[str] = []

@@ -11,9 +11,13 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.
 
 
 def _offline() -> None:
-    # Belt and braces next to local_files_only: nothing in this process may reach a hub.
+    """Put this process in Hugging Face offline mode (belt and braces next to local_files_only)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # huggingface_hub reads the variable once, at import; it may already have been imported.
+    from huggingface_hub import constants
+
+    constants.HF_HUB_OFFLINE = True
 
 
 def local_model(path: str, **_: Any) -> str:

@@ -140,6 +140,9 @@ def test_gridsim_compact_prompt_and_optimal_call_fit_in_300_tokens(tiny_tokenize
 def test_hf_loads_a_folder_saved_by_tiny(tiny_model_dir):
     assert local_model(str(tiny_model_dir)) == str(tiny_model_dir)
     assert os.environ["HF_HUB_OFFLINE"] == "1"
+    from huggingface_hub import constants
+
+    assert constants.is_offline_mode()
     model, tok = load_model_and_tokenizer(str(tiny_model_dir))
     assert model.dtype == torch.float32 and not model.training
     assert tok.chat_template and type(model).__name__ == "Qwen3ForCausalLM"
