@@ -55,6 +55,23 @@ async def deploy_times(bundle, n: int, warm_pool: int) -> list[float]:
     return times
 
 
+async def round_trips(bundle, n: int) -> list[float]:
+    """Seconds per request on a live episode (`scores()`: one JSON line each way, nothing to compute)."""
+    sb = DockerSandbox(bundle.spec())
+    await sb.start()
+    try:
+        h = await sb.deploy("eval", 0)
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            await h.scores()
+            times.append(time.perf_counter() - t)
+        await h.close()
+    finally:
+        await sb.shutdown()
+    return times
+
+
 async def concurrent(bundle, n: int) -> tuple[int, float, list[float]]:
     sb = DockerSandbox(bundle.spec())
     await sb.start()
@@ -86,6 +103,9 @@ async def main() -> None:
     print(f"deploy, warm pool of {args.warm_pool}:        median {statistics.median(warm) * 1e3:7.1f} ms   "
           f"p95 {pct(warm, 0.95) * 1e3:7.1f} ms")
     print(f"cold/warm median ratio: {statistics.median(cold) / statistics.median(warm):.0f}x")
+    rtt = await round_trips(bundle, 500)
+    print(f"one episode call (round trip, 500 calls): median {statistics.median(rtt) * 1e6:.0f} us   "
+          f"p95 {pct(rtt, 0.95) * 1e6:.0f} us")
 
     done, wall, deploys = await concurrent(bundle, args.concurrent)
     print(f"{args.concurrent} concurrent GridSim episodes: {done} finished with grade 1.0, "
