@@ -86,8 +86,8 @@ class MilesTrainerConfig(TrainerConfig):
     reasoning_parser: str | None = "qwen3"  # SGLang's; null: none
     tito_model: str = "qwen3"  # Miles' token-in/token-out family for the session server
     chat_template_path: str | None = None  # null: the family's fixed template from miles-tito-tokenizers
-    reward_hook: str = "agentrl.rewards.miles_reward"  # --custom-rm-path
-    group_filter: str = "agentrl.rewards.drop_failed_groups"  # --dynamic-sampling-filter-path
+    reward_hook: str = "agentrl.rewards.reward_func"  # --custom-rm-path
+    group_filter: str = "agentrl.rewards.filter_scored_groups"  # --dynamic-sampling-filter-path
     agent_function: str = "agentrl.agents.tool_calling.run"  # --custom-agent-function-path
     save_dir: str | None = None  # null: under the run's output folder
     extra_args: list[str] = field(default_factory=list)  # passed to Miles verbatim, last

@@ -177,7 +177,9 @@ class MilesTrainer:
         if var and not token:
             token = secrets.token_urlsafe(32)  # a fresh server: its token is ours to choose
             os.environ[var] = token
+        # The reward group's weighting is applied by the env server: Miles' agent call carries no reward_fn.
         app = build_app(self.plan.bundle, max_concurrent_envs=int(server.max_concurrent_envs), token=token,
+                        reward=self.plan.reward,
                         sandbox=OmegaConf.to_container(self.cfg.sandbox, resolve=True),
                         tool_timeout=float(server.tool_timeout), reset_timeout=float(server.reset_timeout))
         url, stop = start_server_in_thread(app, server.host, int(server.port))
