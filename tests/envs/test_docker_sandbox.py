@@ -153,7 +153,7 @@ async def test_gridsim_episode_plays_to_its_reward_in_a_locked_down_container(cl
 async def test_bundle_folder_outside_the_package_is_mounted(client, gridsim, tmp_path):
     folder = tmp_path / "my gridsim"
     shutil.copytree(gridsim.folder, folder)
-    sb = DockerSandbox({"bundle": str(folder), "prompt_style": "full"})
+    sb = DockerSandbox({"bundle": str(folder), "prompt_style": "full"}, instance_id="odd id/with: chars")
     await sb.start()
     try:
         assert await play_optimal(sb, gridsim, 0) == 1.0

@@ -19,6 +19,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -197,6 +198,7 @@ class DockerSandbox(Sandbox):
             raise ValueError("warm_pool must be >= 0; cpus, deploy_timeout, call_timeout and docker_threads > 0")
         self.image, self.warm_pool, self.memory, self.cpus, self.network = image, warm_pool, memory, cpus, network
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
+        self._name_stem = re.sub(r"[^a-zA-Z0-9_.-]", "-", self.instance_id)[:48]  # Docker's name alphabet
         self.deploy_timeout, self.call_timeout, self.docker_threads = deploy_timeout, call_timeout, docker_threads
         self._mounts: dict[str, str] = {}  # host path -> container path
         self.bundle_spec = self._container_spec(bundle_spec)
@@ -421,7 +423,7 @@ class DockerSandbox(Sandbox):
     async def _launch(self, warm: bool = False) -> _Box:
         """Start a container and wait for its hello (the bundle is loaded then)."""
         loop = asyncio.get_running_loop()
-        name = f"agentrl-{self.instance_id}-{next(self._seq)}"
+        name = f"agentrl-{self._name_stem}-{next(self._seq)}"
         hello: asyncio.Future = loop.create_future()
         self._pending[name] = hello
         created = loop.run_in_executor(self._executor, self._create, name, warm)
