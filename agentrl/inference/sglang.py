@@ -1,12 +1,309 @@
-"""Placeholder until SGLang lands as an inference engine."""
+"""`inference=sglang`: SGLang servers (one per GPU, or running ones) behind the embedded engine's interface.
+
+The session server calls `generate(prompt_ids, ...)` exactly as it calls `EmbeddedEngine`; each call
+goes to the least busy SGLang server's `/generate` with the prompt's token ids, and comes back as a
+`Completion` (token ids incl. the stop token, sampling logprobs, finish reason, weight version).
+
+Weights. `update_weights(folder_or_state_dict)` closes admission, waits for the running calls to finish
+on the old weights, POSTs `/update_weights_from_disk` to every server (a state dict is first saved as a
+safetensors folder beside the model's config), then re-opens admission: no rollout of the next step
+can start before every server holds the new weights, and none of this step's is cut short.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from agentrl.inference.engine import Completion
+
+log = logging.getLogger(__name__)
+
+
+class SGLangError(RuntimeError):
+    """An SGLang server failed to start, answered an error, or refused new weights."""
+
+
+def launch_commands(model_path: str | Path, *, num_gpus: int = 1, base_port: int = 30000,
+                    mem_fraction_static: float = 0.7, tool_call_parser: str | None = "qwen25",
+                    reasoning_parser: str | None = None, extra_args: list[str] | tuple[str, ...] = (),
+                    python: str = sys.executable, server_host: str = "127.0.0.1") -> list[tuple[list[str], dict]]:
+    """(argv, extra environment) for each server: one per GPU, pinned with CUDA_VISIBLE_DEVICES."""
+    if num_gpus < 1:
+        raise ValueError(f"inference.num_gpus must be >= 1, got {num_gpus}")
+    if not 0 < mem_fraction_static < 1:
+        raise ValueError(f"inference.mem_fraction_static must be in (0, 1), got {mem_fraction_static}")
+    out = []
+    for gpu in range(num_gpus):
+        argv = [python, "-m", "sglang.launch_server", "--model-path", str(model_path), "--host", server_host,
+                "--port", str(base_port + gpu), "--mem-fraction-static", str(mem_fraction_static),
+                "--weight-version", "0"]
+        if tool_call_parser:
+            argv += ["--tool-call-parser", tool_call_parser]
+        if reasoning_parser:
+            argv += ["--reasoning-parser", reasoning_parser]
+        out.append(([*argv, *map(str, extra_args)], {"CUDA_VISIBLE_DEVICES": str(gpu)}))
+    return out
+
+
+def sampling_params(max_tokens: int, temperature: float, top_p: float, top_k: int, stop_ids: list[int] | None,
+                    seed: int | None, ignore_eos: bool) -> dict[str, Any]:
+    """SGLang's sampling parameters for one call (stop tokens are kept in the output, as the engine's are)."""
+    params: dict[str, Any] = {"max_new_tokens": int(max_tokens), "temperature": float(temperature),
+                              "top_p": float(top_p), "top_k": int(top_k) if top_k and top_k > 0 else -1,
+                              "ignore_eos": bool(ignore_eos), "skip_special_tokens": False, "no_stop_trim": True}
+    if stop_ids:
+        params["stop_token_ids"] = [int(s) for s in stop_ids]
+    if seed is not None:
+        params["sampling_seed"] = int(seed)
+    return params
+
+
+def to_completion(body: dict[str, Any], fallback_version: int) -> Completion:
+    """A `Completion` from SGLang's /generate answer (meta_info.output_token_logprobs = [[logprob, id, _], ...])."""
+    meta = body.get("meta_info") or {}
+    pairs = meta.get("output_token_logprobs")
+    if not isinstance(pairs, list):
+        raise SGLangError("SGLang's /generate answer has no meta_info.output_token_logprobs (return_logprob lost?)")
+    reason = meta.get("finish_reason") or {}
+    kind = reason.get("type") if isinstance(reason, dict) else str(reason)
+    if kind == "abort":
+        raise SGLangError(f"SGLang aborted the request: {reason}")
+    version = meta.get("weight_version")
+    try:
+        version = int(version)
+    except (TypeError, ValueError):
+        version = fallback_version
+    return Completion(token_ids=[int(p[1]) for p in pairs], logprobs=[float(p[0]) for p in pairs],
+                      finish_reason="stop" if kind == "stop" else "length", weight_version=version,
+                      prompt_tokens=int(meta.get("prompt_tokens") or 0))
 
 
 class SGLangEngine:
-    """Not yet available."""
+    """SGLang servers as an engine. `urls` non-empty: use those servers; else launch one per GPU."""
 
-    def __init__(self, model_path: str | None = None, **config: Any) -> None:
-        raise NotImplementedError("inference=sglang is not yet available in this version of agentrl")
+    def __init__(self, model_path: str | Path, urls: list[str] | tuple[str, ...] = (), num_gpus: int = 1,
+                 base_port: int = 30000, mem_fraction_static: float = 0.7, tool_call_parser: str | None = "qwen25",
+                 reasoning_parser: str | None = None, launch_timeout: float = 600.0, request_timeout: float = 600.0,
+                 extra_args: list[str] | tuple[str, ...] = (), log_dir: str | Path | None = None, **_: Any) -> None:
+        from transformers import AutoTokenizer
+
+        self.model_path = Path(model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.request_timeout = float(request_timeout)
+        self.default_stop_ids = frozenset(i for i in (self.tokenizer.eos_token_id,
+                                                      self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
+                                          if isinstance(i, int) and i != self.tokenizer.unk_token_id)
+        self.weight_version = 0
+        self._procs: list[subprocess.Popen] = []
+        self._in_flight: dict[str, int] = {}
+        self._lock = threading.Condition()
+        self._admitting = True
+        self._closed = False
+        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._tmp_weights: list[str] = []
+        if urls:
+            self.urls = [u.rstrip("/") for u in urls]
+        else:
+            self.urls = self._launch(launch_commands(
+                self.model_path, num_gpus=num_gpus, base_port=base_port, mem_fraction_static=mem_fraction_static,
+                tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser, extra_args=extra_args),
+                base_port, float(launch_timeout), log_dir)
+        self._in_flight = dict.fromkeys(self.urls, 0)
+
+    # ------------------------------------------------------------------ servers
+
+    def _launch(self, commands: list[tuple[list[str], dict]], base_port: int, timeout: float,
+                log_dir: str | Path | None) -> list[str]:
+        if importlib_missing("sglang"):
+            raise SGLangError("inference=sglang launches `python -m sglang.launch_server` but sglang is not "
+                              "installed; install it on the GPU machine or pass inference.urls=[...]")
+        logs = Path(log_dir or tempfile.mkdtemp(prefix="agentrl-sglang-"))
+        logs.mkdir(parents=True, exist_ok=True)
+        urls = []
+        for i, (argv, env) in enumerate(commands):
+            out = open(logs / f"sglang-{i}.log", "w")  # noqa: SIM115 - owned by the process for its lifetime
+            self._procs.append(subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT))
+            urls.append(f"http://127.0.0.1:{base_port + i}")
+        try:
+            self._wait_healthy(urls, timeout, logs)
+        except BaseException:
+            self.close()
+            raise
+        return urls
+
+    def _wait_healthy(self, urls: list[str], timeout: float, logs: Path) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        pending = list(enumerate(urls))
+        while pending:
+            for i, url in list(pending):
+                if self._procs[i].poll() is not None:
+                    tail = (logs / f"sglang-{i}.log").read_text()[-3000:]
+                    raise SGLangError(f"SGLang server {i} exited with {self._procs[i].returncode}:\n{tail}")
+                try:
+                    if httpx.get(f"{url}/health", timeout=5, trust_env=False).status_code == 200:
+                        pending.remove((i, url))
+                except httpx.HTTPError:
+                    pass
+            if pending and time.monotonic() > deadline:
+                raise SGLangError(f"SGLang servers {[u for _, u in pending]} not healthy after {timeout}s (logs {logs})")
+            if pending:
+                time.sleep(1.0)
+
+    def _client(self) -> Any:
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = httpx.AsyncClient(timeout=self.request_timeout, trust_env=False)
+            self._clients[loop] = client
+        return client
+
+    # ------------------------------------------------------------------ generation
+
+    def _admit(self, block: bool) -> str | None:
+        """Count the call on the least busy server and return its URL; while a weight update holds admission
+        closed, wait (`block`) or return None."""
+        with self._lock:
+            while not self._admitting and not self._closed:
+                if not block:
+                    return None
+                self._lock.wait()
+            if self._closed:
+                raise RuntimeError("SGLangEngine is closed")
+            url = min(self.urls, key=lambda u: self._in_flight[u])
+            self._in_flight[url] += 1
+            return url
+
+    def _release(self, url: str) -> None:
+        with self._lock:
+            self._in_flight[url] -= 1
+            self._lock.notify_all()
+
+    async def generate(self, prompt_ids: list[int], *, max_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
+                       top_k: int = 0, stop_ids: list[int] | None = None, seed: int | None = None,
+                       ignore_eos: bool = False) -> Completion:
+        """Sample after `prompt_ids` on one server; same contract as `EmbeddedEngine.generate`."""
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("prompt_ids is empty")
+        if int(max_tokens) < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        stops = sorted(set(stop_ids or ()) | (set() if ignore_eos else set(self.default_stop_ids)))
+        body = {"input_ids": prompt, "return_logprob": True,
+                "sampling_params": sampling_params(max_tokens, temperature, top_p, top_k, stops, seed, ignore_eos)}
+        # Never block the event loop: the calls it is running must finish for a weight update to proceed.
+        url = self._admit(block=False) or await asyncio.to_thread(self._admit, True)
+        try:
+            response = await self._client().post(f"{url}/generate", json=body)
+        finally:
+            self._release(url)
+        if response.status_code != 200:
+            raise SGLangError(f"{url}/generate answered {response.status_code}: {response.text[:500]}")
+        return to_completion(response.json(), self.weight_version)
+
+    # ------------------------------------------------------------------ weights
+
+    def update_weights(self, source: Mapping[str, Any] | str | Path, *, timeout: float | None = None) -> int:
+        """Push new weights to every server between two steps; returns the new weight version."""
+        import httpx
+
+        folder = self._weights_folder(source)
+        version = self.weight_version + 1
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            self._admitting = False
+            try:
+                while any(self._in_flight.values()):  # this step's calls finish on the old weights
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError("in-flight generations did not finish before the weight update")
+                    self._lock.wait(left)
+            except BaseException:
+                self._admitting = True
+                self._lock.notify_all()
+                raise
+
+        def push(url: str) -> None:
+            r = httpx.post(f"{url}/update_weights_from_disk", timeout=timeout or 3600, trust_env=False,
+                           json={"model_path": str(folder), "weight_version": str(version)})
+            answer = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+            if r.status_code != 200 or not answer.get("success", False):
+                raise SGLangError(f"{url} refused the weights in {folder}: {r.status_code} {answer or r.text[:300]}")
+
+        try:
+            with concurrent.futures.ThreadPoolExecutor(len(self.urls)) as pool:
+                for f in [pool.submit(push, u) for u in self.urls]:
+                    f.result()
+            self.weight_version = version
+            return version
+        finally:
+            with self._lock:
+                self._admitting = True
+                self._lock.notify_all()
+
+    async def update_weights_async(self, source: Mapping[str, Any] | str | Path) -> int:
+        """`update_weights` without blocking the event loop."""
+        return await asyncio.to_thread(self.update_weights, source)
+
+    def _weights_folder(self, source: Mapping[str, Any] | str | Path) -> Path:
+        """A folder SGLang can load: `source` itself, or a state dict saved beside the model's config."""
+        if isinstance(source, (str, Path)):
+            path = Path(source)
+            if not path.is_dir():
+                raise FileNotFoundError(f"weights folder {path} does not exist (SGLang loads whole folders)")
+            return path
+        from safetensors.torch import save_file
+
+        folder = Path(tempfile.mkdtemp(prefix="agentrl-weights-"))
+        self._tmp_weights.append(str(folder))
+        for name in ("config.json", "generation_config.json"):
+            if (self.model_path / name).is_file():
+                shutil.copy(self.model_path / name, folder / name)
+        save_file({k: v.detach().contiguous().cpu() for k, v in source.items()}, str(folder / "model.safetensors"))
+        return folder
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the servers this engine launched (not given URLs); pending calls fail."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self._procs:
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self._procs.clear()
+        for folder in self._tmp_weights:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._tmp_weights.clear()
+
+    def __enter__(self) -> SGLangEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def importlib_missing(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is None
