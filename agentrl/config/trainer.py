@@ -24,6 +24,11 @@ class WarmStartConfig:
     enabled: bool = True  # run SFT first when no warm-start checkpoint exists
     teacher: str = "optimal"  # optimal | greedy: which demonstrations the warm start imitates
     checkpoint: str | None = None  # an existing SFT checkpoint folder (null: the recipe's own, made on demand)
+    # SFT settings of the warm start made on demand (its folder under paths.checkpoint_dir/sft is keyed by them).
+    steps: int = 1500  # SFT optimizer steps
+    lr: float = 3e-3
+    batch_samples: int = 32  # demonstrations per SFT step
+    warmup_steps: int = 50
 
 
 @dataclass
@@ -41,6 +46,8 @@ class GRPOTrainerConfig(TrainerConfig):
     grad_clip: float = 1.0
     micro_batch_samples: int = 8  # samples per forward/backward pass
     weight_decay: float = 0.0
+    max_extra_rows: int = 16  # rows drawn beyond prompts_per_step per step to replace filtered groups
+    checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id>
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
 
@@ -53,6 +60,8 @@ class SFTTrainerConfig(TrainerConfig):
     batch_samples: int = 32  # transcripts per optimizer step
     warmup_steps: int = 50
     eval_every: int = 250
+    eval_temperature: float = 1.1  # sampled eval; a greedy-decoded eval is reported beside it at the end
+    output_dir: str | None = None  # null: <paths.checkpoint_dir>/sft/<bundle>-<teacher>-s<steps>-<settings hash>
 
 
 @dataclass

@@ -12,23 +12,16 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentrl.trainers.rollout import RolloutRunner, ToolCallingPlay
+from agentrl.trainers.rollout import RolloutRunner
 
 log = logging.getLogger(__name__)
 
 
-def agent_for(plan_agent: Any, cfg: DictConfig) -> Any:
-    """The plan's agent when it can `play`; else the built-in tool-calling play with the agent's limits."""
-    play = getattr(plan_agent, "play", None)
-    if callable(play):
-        return plan_agent
-    agent_cfg = cfg.agent
-    return ToolCallingPlay(
-        max_turns=int(cfg.trainer.get("max_turns", agent_cfg.max_turns)),
-        max_response_tokens=int(agent_cfg.max_response_tokens),
-        model_timeout=float(agent_cfg.model_timeout),
-        tool_timeout=float(cfg.env.server.tool_timeout),
-    )
+def agent_for(plan_agent: Any) -> Any:
+    """The plan's agent; it must offer `play(sessions, row, *, reward_fn, request_kwargs)`."""
+    if not callable(getattr(plan_agent, "play", None)):
+        raise TypeError(f"the agent {type(plan_agent).__name__} has no play(); the built-in trainers need one")
+    return plan_agent
 
 
 @dataclass
@@ -75,7 +68,7 @@ def start_services(cfg: DictConfig, plan: Any, model_path: str) -> RolloutServic
                                               default_max_tokens=int(cfg.agent.max_response_tokens))
         stops.append(session_server.stop)
         frozen = [r.name for r in cfg.agent.get("roles", []) or [] if r.get("frozen")]
-        runner = RolloutRunner(agent_for(plan.agent, cfg), session_server, reward_fn=plan.reward,
+        runner = RolloutRunner(agent_for(plan.agent), session_server, reward_fn=plan.reward,
                                frozen_roles=frozen)
         settings = OmegaConf.to_container(server_cfg, resolve=True)
         return RolloutServices(engine, session_server, env_url, runner, settings, stops)

@@ -1,15 +1,216 @@
-"""Placeholder until this trainer lands."""
+"""`trainer=sft`: supervised fine-tuning on a bundle's demonstrations (the GRPO warm start).
+
+Each train task's demonstration (system, user, the teacher's tool call, the tool's answer) is rendered by
+the model's chat template; the loss is the mean cross-entropy over the assistant's tokens only (the
+template's generation blocks). Evaluation plays real episodes of the eval split through the same
+engine, session server and env server that GRPO uses. The result is a Hugging Face folder (model +
+tokenizer) written to a temporary folder and renamed into place.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+
+def sft_checkpoint_path(cfg: DictConfig, *, teacher: str, steps: int, lr: float, batch_samples: int) -> Path:
+    """Where the SFT result for these settings lives: reused by every run that asks for the same warm start."""
+    env = cfg.env
+    key = "|".join(map(str, (env.bundle, env.get("prompt_style"), env.train_split, cfg.model.path, teacher, steps,
+                             lr, batch_samples, cfg.seed)))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    return Path(cfg.paths.checkpoint_dir) / "sft" / f"{Path(str(env.bundle)).name}-{teacher}-s{steps}-{digest}"
+
+
+def encode_demonstrations(tokenizer: Any, bundle: Any, split: str, teacher: str,
+                          limit: int | None = None) -> list[tuple[list[int], list[int]]]:
+    """(token ids, assistant mask) per demonstration, cut after the last assistant token."""
+    count = bundle.splits()[split] if limit is None else min(limit, bundle.splits()[split])
+    out = []
+    for i in range(count):
+        messages = bundle.demonstration(split, i, teacher)
+        tools = getattr(bundle, "tools", None) or bundle.episode(split, i).first_turn().tools
+        enc = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=True,
+                                            return_assistant_tokens_mask=True)
+        ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
+        if not any(mask):
+            raise ValueError(f"demonstration {split}/{i}: the chat template marks no assistant tokens "
+                             "(it needs {% generation %} blocks)")
+        end = max(j for j, m in enumerate(mask) if m) + 1
+        out.append((ids[:end], mask[:end]))
+    return out
+
+
+def lr_factor(step: int, steps: int, warmup: int) -> float:
+    """Linear warmup to 1, then cosine decay to 0.1 at the last step."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(steps - warmup, 1)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def sft_loss(model: Any, batch: list[tuple[list[int], list[int]]], pad_id: int) -> torch.Tensor:
+    """Mean next-token cross-entropy over assistant tokens of a right-padded batch."""
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, (seq, mask) in enumerate(batch):
+        ids[i, :len(seq)] = torch.tensor(seq)
+        attn[i, :len(seq)] = 1
+        labels[i, :len(seq)] = torch.tensor([t if m else -100 for t, m in zip(seq, mask, strict=True)])
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                                             ignore_index=-100)
+
+
+def save_hf_folder(model: Any, tokenizer: Any, target: Path) -> Path:
+    """Write model + tokenizer to a temporary sibling and rename it over `target` (never half-written)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        for extra in ("agentrl_tiny.json",):  # keep the tiny model's build record next to its weights
+            src = Path(getattr(model, "name_or_path", "")) / extra
+            if src.is_file():
+                shutil.copy(src, tmp / extra)
+        old = target.with_name(f".{target.name}.old")
+        if target.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(target, old)
+        os.rename(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OSError(f"could not save the model to {target}: {exc} (is the disk full?)") from exc
+    return target
+
+
+def train_sft(model: Any, tokenizer: Any, data: list[tuple[list[int], list[int]]], *, steps: int, lr: float,
+              batch_samples: int, warmup_steps: int, seed: int, on_step: Callable[[int, float], None] | None = None,
+              on_eval: Callable[[int], None] | None = None, eval_every: int = 0,
+              weight_decay: float = 0.0) -> float:
+    """AdamW over `steps` batches drawn (seeded) from `data`; returns the last loss."""
+    if not data:
+        raise ValueError("SFT has no demonstrations to train on")
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, warmup_steps))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    model.train()
+    loss_value = float("nan")
+    for step in range(steps):
+        batch = [data[rng.randrange(len(data))] for _ in range(batch_samples)]
+        loss = sft_loss(model, batch, pad)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_value = float(loss.detach())
+        if on_step:
+            on_step(step + 1, loss_value)
+        if on_eval and eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
+            model.eval()
+            on_eval(step + 1)
+            model.train()
+    model.eval()
+    return loss_value
 
 
 class SFTTrainer:
-    """Not yet available: dry runs work, training reports so."""
+    """Fine-tunes the run's model on the bundle's demonstrations and saves a Hugging Face folder."""
 
-    def __init__(self, cfg: Any, *, plan: Any, tracker: Any) -> None:
+    def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
+        t = cfg.trainer
+        self.output_dir = Path(t.output_dir) if t.get("output_dir") else sft_checkpoint_path(
+            cfg, teacher=t.teacher, steps=int(t.steps), lr=float(t.lr), batch_samples=int(t.batch_samples))
 
     def fit(self) -> dict[str, float]:
-        raise NotImplementedError("trainer 'sft' is not yet available in this version of agentrl; use dry_run=true")
+        from agentrl.trainers.evaluate import evaluate
+        from agentrl.trainers.services import start_services
+
+        cfg, t = self.cfg, self.cfg.trainer
+        metrics = run_sft(cfg, self.plan, self.output_dir, teacher=t.teacher, steps=int(t.steps), lr=float(t.lr),
+                          batch_samples=int(t.batch_samples), warmup_steps=int(t.warmup_steps),
+                          eval_every=int(t.eval_every), tracker=self.tracker)
+        services = start_services(cfg, self.plan, str(self.output_dir))
+        try:
+            final, _ = evaluate(services, self.plan.bundle, cfg.env.eval_split, limit=t.eval_limit,
+                                temperature=float(t.eval_temperature), seed_parts=(cfg.seed, "final"))
+            greedy, _ = evaluate(services, self.plan.bundle, cfg.env.eval_split, limit=t.eval_limit,
+                                 temperature=0.0, prefix="eval_greedy")
+        finally:
+            services.close()
+        final.update(greedy)
+        self.tracker.log(final, step=int(t.steps))
+        self.tracker.set_tags({"agentrl.checkpoint": str(self.output_dir)})
+        metrics.update(final)
+        log.info("SFT done: %s", {k: round(v, 4) for k, v in final.items()})
+        print(f"SFT model saved to {self.output_dir}; eval/reward {final.get('eval/reward', float('nan')):.4f} "
+              f"(greedy {final.get('eval_greedy/reward', float('nan')):.4f})", flush=True)
+        return metrics
+
+
+def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, *, teacher: str, steps: int, lr: float,
+            batch_samples: int, warmup_steps: int, eval_every: int = 0, tracker: Any = None,
+            step_offset: int = 0) -> dict[str, float]:
+    """Make the base model, train it on `teacher` demonstrations, save it to `output_dir`; returns metrics.
+
+    Used by `SFTTrainer` and by GRPO's warm start. With a tracker, `sft/loss` is logged every 10 steps and
+    (when `eval_every` > 0) `eval/*` from played episodes every `eval_every` steps.
+    """
+    from hydra.utils import instantiate
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrl.trainers.evaluate import evaluate
+    from agentrl.trainers.services import start_services
+
+    torch.manual_seed(int(cfg.seed))
+    base = instantiate(cfg.model)
+    base_path = base if isinstance(base, str) else str(cfg.model.path)
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    started = time.monotonic()
+    data = encode_demonstrations(tokenizer, plan.bundle, cfg.env.train_split, teacher)
+    log.info("SFT on %d %s demonstrations of %s for %d steps", len(data), teacher, plan.bundle.name, steps)
+    last = {"loss": float("nan")}
+
+    def on_step(step: int, loss: float) -> None:
+        last["loss"] = loss
+        if tracker is not None and (step % 10 == 0 or step == steps):
+            tracker.log({"sft/loss": loss}, step=step_offset + step)
+
+    def on_eval(step: int) -> None:
+        if tracker is None:
+            return
+        save_hf_folder(model, tokenizer, output_dir)
+        services = start_services(cfg, plan, str(output_dir))
+        try:
+            m, _ = evaluate(services, plan.bundle, cfg.env.eval_split, limit=cfg.trainer.get("eval_limit"),
+                            temperature=float(cfg.trainer.get("eval_temperature", 1.1)), seed_parts=(cfg.seed, step))
+        finally:
+            services.close()
+        tracker.log(m, step=step_offset + step)
+
+    train_sft(model, tokenizer, data, steps=steps, lr=lr, batch_samples=batch_samples, warmup_steps=warmup_steps,
+              seed=int(cfg.seed), on_step=on_step, on_eval=on_eval, eval_every=eval_every)
+    save_hf_folder(model, tokenizer, output_dir)
+    return {"sft/loss": last["loss"], "sft/train_s": time.monotonic() - started}
