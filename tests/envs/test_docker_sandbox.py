@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -274,6 +275,42 @@ async def test_start_removes_only_containers_of_dead_instances(client, gridsim):
                 client.api.remove_container(cid, force=True)
             except docker.errors.NotFound:
                 pass
+
+
+@pytest.mark.docker
+async def test_containers_of_a_hard_killed_server_are_removed_by_the_next_start(client, gridsim):
+    script = textwrap.dedent("""
+        import asyncio, sys
+        from agentrl.envs.sandbox.docker import DockerSandbox
+        async def main():
+            sb = DockerSandbox({"bundle": "gridsim"}, warm_pool=1, instance_id=sys.argv[1])
+            await sb.start()
+            h = await sb.deploy("eval", 0)
+            while len(sb.live_containers()) < 2:  # the pool refills in the background
+                await asyncio.sleep(0.05)
+            print("ready", flush=True)
+            await asyncio.sleep(600)
+        asyncio.run(main())
+    """)
+    victim = f"victim-{os.getpid()}"
+    proc = subprocess.Popen([sys.executable, "-c", script, victim], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        left = client.containers.list(filters={"label": f"agentrl.instance={victim}"}, ignore_removed=True)
+        assert len(left) == 2  # one playing, one warm
+        proc.kill()  # SIGKILL: no shutdown, no atexit
+        proc.wait()
+        # Their agents see the socket close and exit; the stopped containers stay until someone removes them.
+        assert len(client.containers.list(all=True, filters={"label": f"agentrl.instance={victim}"},
+                                          ignore_removed=True)) == 2
+        sb = DockerSandbox(gridsim.spec())
+        await sb.start()
+        await sb.shutdown()
+        assert client.containers.list(all=True, filters={"label": f"agentrl.instance={victim}"}) == []
+    finally:
+        proc.kill()
+        for c in client.containers.list(all=True, filters={"label": f"agentrl.instance={victim}"}):
+            c.remove(force=True)
 
 
 @pytest.mark.docker
