@@ -123,6 +123,9 @@ class EmbeddedEngine:
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         cfg = self.model.config
+        if getattr(cfg, "use_sliding_window", False) or "sliding_attention" in (getattr(cfg, "layer_types", None) or ()):
+            # the batch's shared cache is rebuilt from plain full-attention layers when rows join or leave
+            raise ValueError(f"EmbeddedEngine supports full-attention models only; {path} uses sliding-window layers")
         self.vocab_size = int(cfg.vocab_size)
         self.max_context = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
         self.default_stop_ids = frozenset(self._find_stop_ids())
@@ -426,7 +429,7 @@ class EmbeddedEngine:
         scaled = logits / temps[:, None]
         logp = torch.log_softmax(scaled, dim=-1)
         filtered = _filter_top_k_top_p(scaled, reqs)
-        probs = torch.softmax(filtered, dim=-1).cpu()
+        probs = (logp.exp() if filtered is scaled else torch.softmax(filtered, dim=-1)).cpu()
         tokens = torch.empty(len(reqs), dtype=torch.long)
         shared = [i for i, r in enumerate(reqs) if r.temperature > 0 and r.generator is None]
         if shared:
