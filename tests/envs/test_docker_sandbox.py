@@ -19,7 +19,8 @@ import pytest
 
 from agentrl.envs.bundles import load_bundle
 from agentrl.envs.sandbox.base import SandboxError
-from agentrl.envs.sandbox.docker import DockerSandbox, _proc_start, owner_alive
+from agentrl.envs.sandbox.docker import DockerSandbox
+from agentrl.envs.sandbox.docker_support import owner_alive, proc_start
 from agentrl.envs.sandbox.image import DEFAULT_IMAGE
 
 docker = pytest.importorskip("docker")
@@ -256,7 +257,7 @@ async def test_start_removes_only_containers_of_dead_instances(client, gridsim):
         "dead": {**base, "agentrl.instance": "dead-1", "agentrl.pid": str(finished.pid)},
         "reused-pid": {**base, "agentrl.instance": "dead-2", "agentrl.pid": str(me), "agentrl.pid_start": "1"},
         "live": {**base, "agentrl.instance": "live-1", "agentrl.pid": str(me),
-                 "agentrl.pid_start": _proc_start(me)},
+                 "agentrl.pid_start": proc_start(me)},
         "other-host": {**base, "agentrl.instance": "far-1", "agentrl.pid": str(finished.pid),
                        "agentrl.host": host + "-elsewhere"},
     }
@@ -344,7 +345,7 @@ async def test_warm_pool_serves_deploys_and_refills_and_shutdown_removes_everyth
 
 def test_owner_alive_reads_labels():
     me, host = str(os.getpid()), socket.gethostname()
-    assert owner_alive({"agentrl.host": host, "agentrl.pid": me, "agentrl.pid_start": _proc_start(os.getpid())})
+    assert owner_alive({"agentrl.host": host, "agentrl.pid": me, "agentrl.pid_start": proc_start(os.getpid())})
     assert not owner_alive({"agentrl.host": host, "agentrl.pid": me, "agentrl.pid_start": "0"})
     assert not owner_alive({"agentrl.host": host, "agentrl.pid": str(2**22 + 7)})
     assert owner_alive({"agentrl.host": "elsewhere", "agentrl.pid": str(2**22 + 7)})

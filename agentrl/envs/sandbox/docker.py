@@ -31,6 +31,16 @@ from typing import Any
 
 from agentrl.envs.sandbox.base import EpisodeHandle, Sandbox, SandboxError
 from agentrl.envs.sandbox.container_agent import DEFAULT_LOADER
+from agentrl.envs.sandbox.docker_support import (
+    Channel,
+    Lost,
+    RemoteError,
+    container_state,
+    death_reason,
+    owner_alive,
+    proc_start,
+    remove_container,
+)
 from agentrl.envs.sandbox.image import DEFAULT_IMAGE
 from agentrl.envs.task import ToolResult, Turn
 
@@ -43,83 +53,12 @@ _LINE_LIMIT = 64 << 20  # longest JSON line (a tool result) the host reads
 _PACKAGE = Path(__file__).resolve().parents[2]  # .../agentrl
 
 
-def _proc_start(pid: int) -> str | None:
-    """The start time of process `pid` (clock ticks since boot), or None when no such process exists."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def owner_alive(labels: dict[str, str], hostname: str | None = None) -> bool:
-    """Whether the server that labelled a container may still be running. Containers made on another host
-    (or with unreadable labels) count as alive: we cannot tell, so we never touch them."""
-    if labels.get("agentrl.host") != (hostname or socket.gethostname()):
-        return True
-    try:
-        pid = int(labels["agentrl.pid"])
-    except (KeyError, ValueError):
-        return True
-    start = _proc_start(pid)
-    if start is None:
-        return False
-    return labels.get("agentrl.pid_start") in (None, start)
-
-
-class _Lost(Exception):
-    """The connection to a container broke (it died, was killed, or did not answer in time)."""
-
-    def __init__(self, reason: str, timed_out: bool = False) -> None:
-        super().__init__(reason)
-        self.timed_out = timed_out
-
-
-class _Remote(Exception):
-    """The code inside the container raised; the container itself is fine."""
-
-
-class _Channel:
-    """One request at a time over the container's socket."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout: float) -> None:
-        self.reader, self.writer, self.timeout = reader, writer, timeout
-        self.lost: str | None = None
-        self._lock = asyncio.Lock()
-
-    async def request(self, op: str, **kwargs: Any) -> Any:
-        async with self._lock:
-            if self.lost:
-                raise _Lost(self.lost)
-            try:
-                self.writer.write(json.dumps({"op": op, **kwargs}).encode() + b"\n")
-                await self.writer.drain()
-                line = await asyncio.wait_for(self.reader.readline(), self.timeout)
-            except TimeoutError:
-                self.lost = f"no answer to {op!r} within {self.timeout:g}s"
-                raise _Lost(self.lost, timed_out=True) from None
-            except (OSError, ValueError) as exc:  # ValueError: a line over the limit
-                self.lost = f"connection lost ({exc})"
-                raise _Lost(self.lost) from None
-            if not line.endswith(b"\n"):
-                self.lost = "connection closed"
-                raise _Lost(self.lost)
-            msg = json.loads(line)
-            if not msg.get("ok"):
-                raise _Remote(msg.get("error", "unknown error"))
-            return msg.get("result")
-
-    def close(self) -> None:
-        self.lost = self.lost or "closed"
-        self.writer.close()
-
-
 @dataclass(eq=False)
 class _Box:
     """A started container and its open channel."""
 
     name: str
-    channel: _Channel
+    channel: Channel
     started: float = field(default_factory=time.monotonic)
 
 
@@ -141,7 +80,7 @@ class DockerEpisodeHandle(EpisodeHandle):
             raise SandboxError(self._dead)
         try:
             return await self._box.channel.request(op, **kwargs)
-        except _Lost as exc:
+        except Lost as exc:
             # A container that timed out is still running: there is no exit to wait for.
             try:
                 reason = str(exc) if exc.timed_out else await self._sandbox._death_reason(self._box.name, str(exc))
@@ -150,7 +89,7 @@ class DockerEpisodeHandle(EpisodeHandle):
             self._dead = f"the episode's container died: {reason}"
             self._sandbox._remove_later(self._box)
             raise SandboxError(self._dead) from None
-        except _Remote as exc:
+        except RemoteError as exc:
             raise SandboxError(f"episode {self.task_id!r} raised in its container: {exc}") from None
 
     async def first_turn(self) -> Turn:
@@ -362,17 +301,17 @@ class DockerSandbox(Sandbox):
             self._refill()
             try:
                 task_id = await box.channel.request("episode", split=split, index=index)
-            except _Lost:
+            except Lost:
                 self._remove_later(box)  # died while waiting; try the next one
                 continue
-            except _Remote as exc:
+            except RemoteError as exc:
                 self._pool.appendleft(box)  # no episode was made: the container is still fresh
                 raise SandboxError(f"deploying {split}[{index}] failed: {exc}") from None
             return DockerEpisodeHandle(self, box, task_id["task_id"])
         box = await self._launch()
         try:
             task_id = await box.channel.request("episode", split=split, index=index)
-        except (_Lost, _Remote) as exc:
+        except (Lost, RemoteError) as exc:
             await self._remove(box)
             raise SandboxError(f"deploying {split}[{index}] failed: {exc}") from None
         except BaseException:
@@ -406,7 +345,7 @@ class DockerSandbox(Sandbox):
             network_mode=self.network, mem_limit=self.memory, nano_cpus=int(self.cpus * 1e9), pids_limit=256,
             read_only=True, tmpfs={"/tmp": "size=64m"}, cap_drop=["ALL"], security_opt=["no-new-privileges"])
         labels = {LABEL: "1", "agentrl.instance": self.instance_id, "agentrl.pid": str(os.getpid()),
-                  "agentrl.pid_start": _proc_start(os.getpid()) or "", "agentrl.host": socket.gethostname(),
+                  "agentrl.pid_start": proc_start(os.getpid()) or "", "agentrl.host": socket.gethostname(),
                   "agentrl.bundle": str(self.bundle_spec["bundle"]).rsplit("/", 1)[-1]}
         env = {"AGENTRL_TOKEN": name, "AGENTRL_SOCKET": f"{SOCKET_DIR}/host.sock", "HOME": "/tmp",
                "AGENTRL_BUNDLE_SPEC": json.dumps(self.bundle_spec), "AGENTRL_BUNDLE_LOADER": self.loader,
@@ -458,7 +397,7 @@ class DockerSandbox(Sandbox):
             if isinstance(exc, Exception) and not isinstance(exc, SandboxError):
                 raise SandboxError(f"starting a sandbox container failed: {exc}") from exc
             raise
-        box = _Box(name, _Channel(reader, writer, self.call_timeout))
+        box = _Box(name, Channel(reader, writer, self.call_timeout))
         self._boxes[name] = box
         return box
 
@@ -477,38 +416,10 @@ class DockerSandbox(Sandbox):
     # -- teardown -----------------------------------------------------------------------------------------
 
     def _state(self, name: str) -> dict[str, Any]:
-        try:
-            return self._api.inspect_container(name)["State"]
-        except Exception:
-            return {"Status": "removed"}
+        return container_state(self._api, name)
 
     async def _death_reason(self, name: str, fallback: str) -> str:
-        """Why a container stopped answering: its exit code, OOM flag and last log lines."""
-
-        def inspect() -> str:
-            try:
-                # The socket can close a moment before Docker records the exit.
-                code = self._api.wait(name, timeout=3)["StatusCode"]
-            except Exception:
-                state = self._state(name)
-                if state.get("Status") == "removed":
-                    return f"the container was removed ({fallback})"
-                if state.get("Status") in ("created", "running"):
-                    return fallback
-                code = state.get("ExitCode", "?")
-            state = self._state(name)
-            parts = [f"exit code {code}"]
-            if state.get("OOMKilled"):
-                parts.append(f"out of memory (limit {self.memory})")
-            elif code == 137:
-                parts.append("killed")
-            try:
-                tail = self._api.logs(name, stdout=False, stderr=True, tail=5).decode(errors="replace").strip()
-            except Exception:
-                tail = ""
-            return ", ".join(parts) + (f"; stderr: {tail}" if tail else "") + f" ({fallback})"
-
-        return await self._run(inspect)
+        return await self._run(death_reason, self._api, name, fallback, self.memory)
 
     async def _remove(self, box: _Box | str) -> None:
         name = box if isinstance(box, str) else box.name
@@ -520,15 +431,7 @@ class DockerSandbox(Sandbox):
         await self._run(self._remove_container, name)
 
     def _remove_container(self, name: str) -> None:
-        import docker
-
-        try:
-            self._api.remove_container(name, force=True)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if "already in progress" not in str(exc):
-                raise
+        remove_container(self._api, name)
 
     def _remove_later(self, box: _Box | str) -> None:
         """Remove a container in the background (shutdown's label sweep catches it if the pool is gone)."""

@@ -1,0 +1,132 @@
+"""Host-side plumbing of the Docker sandbox: who owns a container (labels), and the JSON-lines channel.
+
+The wire itself (one JSON object per line, `{"op": ...}` in, `{"ok": ..., "result"|"error": ...}` out) is described
+in `container_agent.py`, the other end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+
+def proc_start(pid: int) -> str | None:
+    """The start time of process `pid` (clock ticks since boot), or None when no such process exists."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_alive(labels: dict[str, str], hostname: str | None = None) -> bool:
+    """Whether the server that labelled a container may still be running. Containers made on another host
+    (or with unreadable labels) count as alive: we cannot tell, so we never touch them."""
+    if labels.get("agentrl.host") != (hostname or socket.gethostname()):
+        return True
+    try:
+        pid = int(labels["agentrl.pid"])
+    except (KeyError, ValueError):
+        return True
+    start = proc_start(pid)
+    if start is None:
+        return False
+    return labels.get("agentrl.pid_start") in (None, start)
+
+
+class Lost(Exception):
+    """The connection to a container broke (it died, was killed, or did not answer in time)."""
+
+    def __init__(self, reason: str, timed_out: bool = False) -> None:
+        super().__init__(reason)
+        self.timed_out = timed_out
+
+
+class RemoteError(Exception):
+    """The code inside the container raised; the container itself is fine."""
+
+
+class Channel:
+    """One request at a time over the container's socket."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout: float) -> None:
+        self.reader, self.writer, self.timeout = reader, writer, timeout
+        self.lost: str | None = None
+        self._lock = asyncio.Lock()
+
+    async def request(self, op: str, **kwargs: Any) -> Any:
+        async with self._lock:
+            if self.lost:
+                raise Lost(self.lost)
+            try:
+                self.writer.write(json.dumps({"op": op, **kwargs}).encode() + b"\n")
+                await self.writer.drain()
+                line = await asyncio.wait_for(self.reader.readline(), self.timeout)
+            except TimeoutError:
+                self.lost = f"no answer to {op!r} within {self.timeout:g}s"
+                raise Lost(self.lost, timed_out=True) from None
+            except (OSError, ValueError) as exc:  # ValueError: a line over the limit
+                self.lost = f"connection lost ({exc})"
+                raise Lost(self.lost) from None
+            if not line.endswith(b"\n"):
+                self.lost = "connection closed"
+                raise Lost(self.lost)
+            msg = json.loads(line)
+            if not msg.get("ok"):
+                raise RemoteError(msg.get("error", "unknown error"))
+            return msg.get("result")
+
+    def close(self) -> None:
+        self.lost = self.lost or "closed"
+        self.writer.close()
+
+
+# -- blocking Docker API helpers (run on the sandbox's thread pool) ---------------------------------------------
+
+
+def container_state(api: Any, name: str) -> dict[str, Any]:
+    """The container's `State` from inspect, or {"Status": "removed"} when it is gone."""
+    try:
+        return api.inspect_container(name)["State"]
+    except Exception:
+        return {"Status": "removed"}
+
+
+def death_reason(api: Any, name: str, fallback: str, memory: str) -> str:
+    """Why a container stopped answering: its exit code, OOM flag and last stderr lines."""
+    try:
+        # The socket can close a moment before Docker records the exit.
+        code = api.wait(name, timeout=3)["StatusCode"]
+    except Exception:
+        state = container_state(api, name)
+        if state.get("Status") == "removed":
+            return f"the container was removed ({fallback})"
+        if state.get("Status") in ("created", "running"):
+            return fallback
+        code = state.get("ExitCode", "?")
+    parts = [f"exit code {code}"]
+    if container_state(api, name).get("OOMKilled"):
+        parts.append(f"out of memory (limit {memory})")
+    elif code == 137:
+        parts.append("killed")
+    try:
+        tail = api.logs(name, stdout=False, stderr=True, tail=5).decode(errors="replace").strip()
+    except Exception:
+        tail = ""
+    return ", ".join(parts) + (f"; stderr: {tail}" if tail else "") + f" ({fallback})"
+
+
+def remove_container(api: Any, name: str) -> None:
+    """Kill and remove a container; one already gone (or being removed) is fine."""
+    import docker
+
+    try:
+        api.remove_container(name, force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if "already in progress" not in str(exc):
+            raise
