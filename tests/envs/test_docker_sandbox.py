@@ -210,8 +210,16 @@ async def test_errors_inside_the_container(client, tmp_path):
         with pytest.raises(SandboxError, match="raised in its container: RuntimeError: kaboom"):
             await h.call_tool("boom", {})
         assert (await h.call_tool("x", {})).text == "ok x"  # a raising episode leaves its container alive
-        with pytest.raises(SandboxError, match="container died: no answer to 'call_tool' within 1.5s"):
+        with pytest.raises(SandboxError, match=r"container died: no answer to 'call_tool' within 1.5s \(killed\)"):
             await h.call_tool("sleep", {"seconds": 30})
+        await h.close()
+        h = await sb.deploy("train", 0)
+        with pytest.raises(TimeoutError):  # the server's own tool timeout cancels the call
+            async with asyncio.timeout(0.3):
+                await h.call_tool("sleep", {"seconds": 1})
+        await asyncio.sleep(1)  # the late answer must not be read as the next call's
+        with pytest.raises(SandboxError, match="the call 'call_tool' was cancelled before it answered"):
+            await h.done()
         await h.close()
         h = await sb.deploy("train", 2)
         with pytest.raises(SandboxError, match="container died: exit code 137, out of memory"):

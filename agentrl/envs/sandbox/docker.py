@@ -80,10 +80,17 @@ class DockerEpisodeHandle(EpisodeHandle):
             raise SandboxError(self._dead)
         try:
             return await self._box.channel.request(op, **kwargs)
+        except asyncio.CancelledError:  # e.g. the server's tool timeout: this container cannot be trusted now
+            if not self._closed and self._box.channel.lost:
+                self._dead = f"the episode's container died: {self._box.channel.lost} (killed)"
+                self._sandbox._remove_later(self._box)
+            raise
         except Lost as exc:
-            # A container that timed out is still running: there is no exit to wait for.
+            if self._closed:
+                raise SandboxError(f"episode {self.task_id!r} was closed") from None
             try:
-                reason = str(exc) if exc.timed_out else await self._sandbox._death_reason(self._box.name, str(exc))
+                reason = (f"{exc} (killed)" if exc.still_running
+                          else await self._sandbox._death_reason(self._box.name, str(exc)))
             except Exception:  # the sandbox is shutting down under us
                 reason = str(exc)
             self._dead = f"the episode's container died: {reason}"

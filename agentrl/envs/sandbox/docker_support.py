@@ -40,9 +40,9 @@ def owner_alive(labels: dict[str, str], hostname: str | None = None) -> bool:
 class Lost(Exception):
     """The connection to a container broke (it died, was killed, or did not answer in time)."""
 
-    def __init__(self, reason: str, timed_out: bool = False) -> None:
+    def __init__(self, reason: str, still_running: bool = False) -> None:
         super().__init__(reason)
-        self.timed_out = timed_out
+        self.still_running = still_running  # we gave up on it (timeout, cancelled call): no exit to wait for
 
 
 class RemoteError(Exception):
@@ -55,26 +55,35 @@ class Channel:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout: float) -> None:
         self.reader, self.writer, self.timeout = reader, writer, timeout
         self.lost: str | None = None
+        self._gave_up = False
         self._lock = asyncio.Lock()
 
     async def request(self, op: str, **kwargs: Any) -> Any:
         async with self._lock:
             if self.lost:
-                raise Lost(self.lost)
+                raise Lost(self.lost, self._gave_up)
             try:
                 self.writer.write(json.dumps({"op": op, **kwargs}).encode() + b"\n")
                 await self.writer.drain()
                 line = await asyncio.wait_for(self.reader.readline(), self.timeout)
             except TimeoutError:
-                self.lost = f"no answer to {op!r} within {self.timeout:g}s"
-                raise Lost(self.lost, timed_out=True) from None
+                self.lost, self._gave_up = f"no answer to {op!r} within {self.timeout:g}s", True
+                raise Lost(self.lost, True) from None
+            except asyncio.CancelledError:
+                # Its answer may still come and would be read as the next call's: the channel is unusable.
+                self.lost, self._gave_up = f"the call {op!r} was cancelled before it answered", True
+                raise
             except (OSError, ValueError) as exc:  # ValueError: a line over the limit
                 self.lost = f"connection lost ({exc})"
                 raise Lost(self.lost) from None
             if not line.endswith(b"\n"):
                 self.lost = "connection closed"
                 raise Lost(self.lost)
-            msg = json.loads(line)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                self.lost = f"a garbled answer to {op!r}: {line[:200]!r}"
+                raise Lost(self.lost) from None
             if not msg.get("ok"):
                 raise RemoteError(msg.get("error", "unknown error"))
             return msg.get("result")
