@@ -1,15 +1,270 @@
-"""Placeholder until this trainer lands."""
+"""`trainer=grpo`: group-relative policy optimization on one machine.
+
+Setup: the warm start (SFT, made on demand), the policy model and its optimizer, the engine + session
+server + env server (`services.py`), and on resume the checkpoint's state. Train: each step draws rows,
+plays `samples_per_prompt` rollouts of each at once, drops groups the filter rejects (flagged rollouts,
+or groups whose rewards are all equal: no signal) and draws more rows until the step is full, computes
+group-normalized advantages, takes one AdamW step and pushes the weights to the engine. Eval before the
+first step, every `eval_every` steps and at the end (plus a greedy-decoded eval). Cleanup: the reward
+curve PNG, and the services stopped whatever happened.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
+import time
+from pathlib import Path
 from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from agentrl.rewards import keep_scored_groups
+from agentrl.trainers import checkpoint as ckpt
+from agentrl.trainers.evaluate import evaluate
+from agentrl.trainers.learner import Learner, items_from
+from agentrl.trainers.plots import reward_curves
+from agentrl.trainers.rollout import Played, make_row
+from agentrl.trainers.services import start_services
+
+log = logging.getLogger(__name__)
+
+
+class RowStream:
+    """Train-row indices: a fresh seeded permutation every epoch, read through a cursor (saved in checkpoints)."""
+
+    def __init__(self, count: int, seed: int, cursor: int = 0) -> None:
+        self.count, self.seed, self.cursor = count, seed, cursor
+        self._epoch, self._order = -1, []
+
+    def next(self) -> int:
+        epoch, pos = divmod(self.cursor, self.count)
+        if epoch != self._epoch:
+            self._order = list(range(self.count))
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(self._order)
+            self._epoch = epoch
+        self.cursor += 1
+        return self._order[pos]
+
+
+def has_signal(group: list[Played]) -> bool:
+    """The filter: keep a group with no flagged rollout and at least two different rewards."""
+    samples = [{"metadata": {**p.metadata, "reward": p.reward}, "reward": p.reward} for p in group]
+    return keep_scored_groups(None, samples) and len({p.reward for p in group}) > 1
+
+
+def checkpoint_root(cfg: DictConfig, run_id: str | None) -> Path:
+    """`trainer.checkpoint_path`, else `<paths.checkpoint_dir>/<task_name>/<run id>`."""
+    if cfg.trainer.get("checkpoint_path"):
+        return Path(cfg.trainer.checkpoint_path)
+    return Path(cfg.paths.checkpoint_dir) / cfg.task_name / (run_id or "no-run")
 
 
 class GRPOTrainer:
-    """Not yet available: dry runs work, training reports so."""
+    """The built-in GRPO trainer (see the module docstring for the step)."""
 
-    def __init__(self, cfg: Any, *, plan: Any, tracker: Any) -> None:
+    def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
+        self.t = cfg.trainer
+        if int(self.t.samples_per_prompt) < 2:
+            raise ValueError("trainer.samples_per_prompt must be at least 2: GRPO compares samples within a group")
+        roles = [r for r in (cfg.agent.get("roles") or []) if r.get("model") and not r.get("frozen")]
+        if roles:
+            raise NotImplementedError(f"roles {[r.name for r in roles]} name their own models; the built-in GRPO "
+                                      "trainer trains one shared policy (mark such roles frozen)")
+        self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
+
+    @classmethod
+    def resume_run_id(cls, cfg: DictConfig) -> str | None:
+        """The MLflow run id of the newest checkpoint of this task (None: nothing to resume)."""
+        roots = [Path(cfg.trainer.checkpoint_path)] if cfg.trainer.get("checkpoint_path") else \
+            [p for p in (Path(cfg.paths.checkpoint_dir) / cfg.task_name).glob("*") if p.is_dir()]
+        found = [(path.stat().st_mtime, path) for root in roots if (path := ckpt.latest(root)) is not None]
+        if not found:
+            return None
+        return ckpt.load_state(max(found)[1]).get("run_id")
+
+    # ------------------------------------------------------------------ setup
+
+    def _warm_start(self) -> str:
+        """The model folder training starts from: the warm start's SFT checkpoint (made if missing) or the base."""
+        from hydra.utils import instantiate
+
+        from agentrl.trainers.sft import run_sft, sft_checkpoint_path
+
+        ws = self.t.warm_start
+        if not ws.enabled:
+            made = instantiate(self.cfg.model)
+            return made if isinstance(made, str) else str(self.cfg.model.path)
+        if ws.checkpoint:
+            if not Path(ws.checkpoint).is_dir():
+                raise FileNotFoundError(f"trainer.warm_start.checkpoint={ws.checkpoint} does not exist")
+            return str(ws.checkpoint)
+        path = sft_checkpoint_path(self.cfg, teacher=ws.teacher, steps=int(ws.steps), lr=float(ws.lr),
+                                   batch_samples=int(ws.batch_samples))
+        if not (path / "config.json").is_file():
+            print(f"warm start: SFT on {ws.teacher} demonstrations for {ws.steps} steps -> {path}", flush=True)
+            run_sft(self.cfg, self.plan, path, teacher=ws.teacher, steps=int(ws.steps), lr=float(ws.lr),
+                    batch_samples=int(ws.batch_samples), warmup_steps=int(ws.warmup_steps))
+        return str(path)
+
+    def _setup(self) -> int:
+        """Build everything; returns the first step to run (1, or the step after the resumed checkpoint)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        cfg, t = self.cfg, self.t
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the progress bar
+        torch.manual_seed(int(cfg.seed))
+        random.seed(int(cfg.seed))
+        self.root = checkpoint_root(cfg, self.tracker.run_id)
+        resume_from = ckpt.latest(self.root) if t.resume else None
+        if t.resume and resume_from is None:
+            log.warning("trainer.resume=true but no checkpoint under %s: starting fresh", self.root)
+        start_path = str(resume_from / "model") if resume_from else self._warm_start()
+        self.tokenizer = AutoTokenizer.from_pretrained(start_path)
+        model = AutoModelForCausalLM.from_pretrained(start_path, dtype=torch.float32).eval()
+        self.learner = Learner(model, lr=float(t.lr), weight_decay=float(t.weight_decay), grad_clip=float(t.grad_clip),
+                               clip_low=float(t.clip_low), clip_high=float(t.clip_high), kl_coef=float(t.kl_coef),
+                               temperature=float(t.temperature), micro_batch_samples=int(t.micro_batch_samples),
+                               pad_id=self.tokenizer.pad_token_id or 0)
+        bundle = self.plan.bundle
+        self.rows = RowStream(bundle.splits()[cfg.env.train_split], int(cfg.seed))
+        first = 1
+        if resume_from is not None:
+            state = ckpt.load_state(resume_from)
+            self.learner.optimizer.load_state_dict(state["optimizer"])
+            self.rows.cursor = int(state["row_cursor"])
+            self.history = state.get("history", self.history)
+            ckpt.set_rng_state(state["rng"])
+            first = int(state["step"]) + 1
+            print(f"resuming from {resume_from} at step {first}", flush=True)
+        self.services = start_services(cfg, self.plan, start_path)
+        return first
+
+    # ------------------------------------------------------------------ train
+
+    def _request_kwargs(self, temperature: float) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"temperature": temperature, "top_p": float(self.t.top_p),
+                                  "chat_template_kwargs": {"enable_thinking": False}}
+        if int(self.t.top_k) > 0:
+            kwargs["top_k"] = int(self.t.top_k)
+        return kwargs
+
+    def _collect(self, step: int) -> tuple[list[list[Played]], dict[str, float]]:
+        """Play rows until `prompts_per_step` groups pass the filter (or the extra-row budget runs out)."""
+        t, bundle, svc = self.t, self.plan.bundle, self.services
+        want, budget = int(t.prompts_per_step), int(t.prompts_per_step) + int(t.max_extra_rows)
+        kept: list[list[Played]] = []
+        seen: list[Played] = []
+        drawn = dropped = attempt = 0
+        while len(kept) < want and drawn < budget:
+            n_rows = min(want - len(kept), budget - drawn)
+            rows = [make_row(bundle, self.cfg.env.train_split, self.rows.next(), svc.env_url, svc.env_settings)
+                    for _ in range(n_rows)]
+            drawn += n_rows
+            groups = asyncio.run(svc.runner.play_rows(rows, int(t.samples_per_prompt),
+                                                      request_kwargs=self._request_kwargs(float(t.temperature)),
+                                                      seed_parts=(self.cfg.seed, step, attempt)))
+            attempt += 1
+            for g in groups:
+                seen += g
+                if has_signal(g):
+                    kept.append(g)
+                else:
+                    dropped += 1
+        flagged: dict[str, int] = {}
+        for p in seen:
+            if p.failure:
+                reason = str(p.failure).split(":")[0]
+                flagged[reason] = flagged.get(reason, 0) + 1
+        metrics = {"train/reward": sum(p.reward for p in seen) / max(len(seen), 1),
+                   "rollout/groups_dropped": float(dropped), "rollout/rows_drawn": float(drawn),
+                   "rollout/flagged": sum(flagged.values()) / max(len(seen), 1),
+                   "rollout/invalid_tool_calls": sum(p.invalid_tool_calls for p in seen) / max(len(seen), 1),
+                   "rollout/model_tokens": float(sum(p.model_tokens for p in seen))}
+        metrics.update({f"rollout/flagged/{k}": v / max(len(seen), 1) for k, v in flagged.items()})
+        if any(p.role != "agent" for p in seen):
+            from agentrl.agents.base import RolloutOutput, multi_agent_metrics
+
+            metrics.update(multi_agent_metrics(
+                RolloutOutput("", p.role, p.reward, p.metadata, str(p.group[-1])) for p in seen))
+        return kept, metrics
+
+    def _evaluate(self, step: int) -> dict[str, float]:
+        started = time.monotonic()
+        metrics, _ = evaluate(self.services, self.plan.bundle, self.cfg.env.eval_split, limit=self.t.eval_limit,
+                              temperature=float(self.t.temperature), top_p=float(self.t.top_p),
+                              seed_parts=(self.cfg.seed, step))
+        metrics["time/eval_s"] = time.monotonic() - started
+        self.history["eval/reward"].append((step, metrics["eval/reward"]))
+        return metrics
+
+    def _train_step(self, step: int) -> dict[str, float]:
+        t0 = time.monotonic()
+        groups, metrics = self._collect(step)
+        t1 = time.monotonic()
+        played = [p for g in groups for p in g]
+        items, _ = items_from(played)
+        # No group passed the filter: no update this step, and the train metrics say so with zeros.
+        metrics.update({"train/loss": 0.0, "train/kl": 0.0, "train/clip_fraction": 0.0, "train/approx_kl": 0.0,
+                        "train/grad_norm": 0.0, "train/tokens": 0.0})
+        metrics.update(self.learner.step(items))
+        t2 = time.monotonic()
+        push_s = self.learner.push(self.services.engine) if items else 0.0
+        metrics.update({"time/generate_s": t1 - t0, "time/train_s": t2 - t1, "time/weight_push_s": push_s,
+                        "time/step_s": time.monotonic() - t0, "rollout/groups_kept": float(len(groups)),
+                        "perf/generate_tokens_per_s": metrics["rollout/model_tokens"] / max(t1 - t0, 1e-9),
+                        "perf/train_tokens_per_s": metrics.get("train/tokens", 0.0) / max(t2 - t1, 1e-9)})
+        self.history["train/reward"].append((step, metrics["train/reward"]))
+        return metrics
+
+    def _save(self, step: int) -> None:
+        state = {"optimizer": self.learner.optimizer.state_dict(), "row_cursor": self.rows.cursor,
+                 "run_id": self.tracker.run_id, "history": self.history}
+        ckpt.save(self.root, step, model=self.learner.model, tokenizer=self.tokenizer, state=state,
+                  keep=int(self.t.keep_checkpoints))
 
     def fit(self) -> dict[str, float]:
-        raise NotImplementedError("trainer 'grpo' is not yet available in this version of agentrl; use dry_run=true")
+        """Train for `trainer.steps` steps; returns the final metrics (their `eval/reward` is the objective)."""
+        from tqdm import tqdm
+
+        t = self.t
+        steps, eval_every, ckpt_every = int(t.steps), int(t.eval_every), int(t.checkpoint_every)
+        first = self._setup()
+        final: dict[str, float] = {}
+        try:
+            if first == 1:
+                self.tracker.log(self._evaluate(0), step=0)
+            bar = tqdm(range(first, steps + 1), initial=first - 1, total=steps, desc="grpo", dynamic_ncols=True)
+            for step in bar:
+                metrics = self._train_step(step)
+                if step == steps or (eval_every and step % eval_every == 0):
+                    metrics.update(self._evaluate(step))
+                self.tracker.log(metrics, step=step)
+                if ckpt_every and (step % ckpt_every == 0 or step == steps):
+                    self._save(step)
+                bar.set_postfix(reward=f"{metrics['train/reward']:.3f}",
+                                eval=f"{self.history['eval/reward'][-1][1]:.3f}")
+                final = metrics
+            greedy, _ = evaluate(self.services, self.plan.bundle, self.cfg.env.eval_split, limit=t.eval_limit,
+                                 temperature=0.0, prefix="eval_greedy")
+            self.tracker.log(greedy, step=steps)
+            final.update(greedy)
+            if "eval/reward" not in final and self.history["eval/reward"]:
+                final["eval/reward"] = self.history["eval/reward"][-1][1]
+        finally:
+            self.services.close()
+            self._plot()
+        return final
+
+    # ------------------------------------------------------------------ cleanup
+
+    def _plot(self) -> None:
+        try:
+            run_dir = Path(self.plan.run_dir)
+            path = reward_curves(self.history, run_dir / "reward_curves.png", title=self.cfg.task_name)
+            self.tracker.log_artifact(path, "plots")
+        except Exception:  # noqa: BLE001 - a missing figure must not fail a finished run
+            log.exception("could not draw the reward curves")

@@ -29,8 +29,6 @@ FIXED_TEMPLATES = {
     "qwen35": "qwen3.5_fixed.jinja",
     "qwennext": "qwen3_thinking_2507_and_next_fixed.jinja",
     "kimi25": "kimi_k25_fixed.jinja",
-    "minimax_m25": "minimax_m25_fixed.jinja",
-    "minimax_m27": "minimax_m27_fixed.jinja",
 }
 TEMPLATES_PACKAGE = "miles_tito_tokenizers"
 BACKENDS = ("megatron", "fsdp")
