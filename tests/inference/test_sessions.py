@@ -234,3 +234,21 @@ async def test_concurrent_sessions_are_isolated(random_client):
         assert sum(sample.loss_mask) == sum(len(r["response"]["choices"][0]["meta_info"]["output_token_logprobs"])
                                             for r in records)
     assert engine.stats.max_batch_size > 1  # the sessions really shared batches
+
+
+async def test_turn_cut_by_length_is_closed_by_scaffolding(scripted_client):
+    client = await scripted_client("The answer is 3.")
+    chat = await new_chat(client)
+    first = await chat.turn(USER, max_tokens=1)  # the whole answer is one token, its <|im_end|> the next
+    assert first["choices"][0]["finish_reason"] == "length"
+    messages = USER + [first["choices"][0]["message"], {"role": "tool", "content": "3"}]
+    second = await chat.turn(messages, max_tokens=50)
+    assert second["choices"][0]["finish_reason"] == "stop"
+    assert second["choices"][0]["message"]["content"] == "The answer is 3."
+    sample = assemble_sample((await client.get(f"/sessions/{chat.sid}")).json())
+    tok = chat.client._transport.app.state.tokenizer
+    (_, end1), (start2, _) = sample.turn_boundaries
+    # the model never sampled <|im_end|> in turn 1, so the server adds it, unmasked, before the tool result
+    assert tok.decode(sample.token_ids[end1:start2]) == "<|im_end|>" + TURN_GAP
+    assert sample.loss_mask[end1:start2] == [0] * (start2 - end1)
+    assert sample.metadata["finish_reasons"] == ["length", "stop"]
