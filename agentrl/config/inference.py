@@ -26,6 +26,7 @@ class EmbeddedInferenceConfig(InferenceConfig):
 @dataclass
 class SGLangInferenceConfig(InferenceConfig):
     _target_: str = "agentrl.inference.sglang.SGLangEngine"
+    model_path: str = "${model.path}"  # the weights served (trainers pass their current checkpoint)
     urls: list[str] = field(default_factory=list)  # empty: launch one server per GPU
     num_gpus: int = 1
     base_port: int = 30000

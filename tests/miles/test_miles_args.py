@@ -1,0 +1,229 @@
+"""trainer=miles: the config -> Miles command mapping, its checks, the golden dry run, and clear refusals."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from agentrl.config.inference import SGLangInferenceConfig
+from agentrl.config.trainer import MilesTrainerConfig
+from agentrl.trainers.miles import MilesTrainer, MilesUnavailable, project_root, require_gpus, require_miles
+from agentrl.trainers.miles_args import (
+    FIXED_TEMPLATES,
+    LaunchContext,
+    MilesConfigError,
+    build_launch,
+    check_config,
+    megatron_model_args,
+)
+from agentrl.trainers.miles_launcher import worker_env
+from tests.conftest import run_cli
+
+GOLDEN = Path(__file__).parent / "golden" / "gridsim_miles_dry_run.txt"
+# Qwen3-4B's architecture (config.json fields Megatron's flags come from).
+QWEN3_4B = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 2560, "intermediate_size": 9728,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "rope_theta": 1000000,
+            "rms_norm_eps": 1e-06, "vocab_size": 151936, "tie_word_embeddings": True}
+
+def make_cfg(**trainer):
+    return OmegaConf.create({
+        "trainer": OmegaConf.structured(MilesTrainerConfig(**trainer)),
+        "inference": OmegaConf.structured(SGLangInferenceConfig()),
+        "env": {"train_split": "train", "eval_split": "eval", "server": {"url": None, "host": "127.0.0.1",
+                                                                          "token_var": None}},
+        "model": {"path": "/m/Qwen3-4B"}, "seed": 7,
+    })
+
+def ctx(tmp_path, **kw):
+    return LaunchContext(rows={"train": tmp_path / "train.jsonl", "eval": tmp_path / "eval.jsonl"},
+                         save_dir=tmp_path / "ckpt", tracking_uri="http://mlflow:5000", experiment="exp",
+                         run_id="run123", pythonpath="/repo", **kw)
+
+def flags(argv):
+    """flag -> its values (a bare flag maps to [])."""
+    out, key = {}, None
+    for a in argv:
+        if a.startswith("--"):
+            key = a
+            out[key] = []
+        else:
+            out[key].append(a)
+    return out
+
+def test_grpo_agentic_and_tracking_flags(tmp_path):
+    cfg = make_cfg(prompts_per_step=4, samples_per_prompt=8, global_batch_size=32, steps=20, lr=2e-6,
+                   eval_every=5, eval_limit=50, temperature=0.9, max_seq_len=8192, chat_template_path="/t.jinja")
+    launch = build_launch(cfg, ctx(tmp_path), model_args=["--num-layers", "2"])
+    f = flags(launch.argv)
+    assert f["--rollout-batch-size"] == ["4"] and f["--n-samples-per-prompt"] == ["8"]
+    assert f["--global-batch-size"] == ["32"] and f["--num-rollout"] == ["20"] and f["--lr"] == ["2e-06"]
+    assert f["--rollout-temperature"] == ["0.9"] and f["--max-seq-len"] == ["8192"]
+    assert f["--prompt-data"] == [str(tmp_path / "train.jsonl")]
+    assert f["--eval-prompt-data"] == ["reward", f"{tmp_path / 'eval.jsonl'}@[0:50]"]
+    assert f["--eval-interval"] == ["5"] and f["--num-layers"] == ["2"]
+    assert f["--input-key"] == ["messages"] and f["--metadata-key"] == ["metadata"]
+    assert "--apply-chat-template" not in f  # the prompt must stay a message list for the agent
+    assert f["--custom-generate-function-path"] == ["miles.rollout.generate_hub.agentic_tool_call.generate"]
+    assert f["--custom-agent-function-path"] == ["agentrl.agents.tool_calling.run"]
+    assert f["--custom-rm-path"] == ["agentrl.rewards.reward_func"]
+    assert f["--dynamic-sampling-filter-path"] == ["agentrl.rewards.filter_scored_groups"]
+    assert "--use-session-server" in f and f["--tito-model"] == ["qwen3"] and f["--chat-template-path"] == ["/t.jinja"]
+    assert f["--sglang-tool-call-parser"] == ["qwen25"] and f["--colocate"] == []
+    assert f["--use-mlflow"] == [] and f["--mlflow-run-id"] == ["run123"]
+    assert f["--mlflow-tracking-uri"] == ["http://mlflow:5000"] and f["--mlflow-experiment-name"] == ["exp"]
+    assert "--use-kl-loss" not in f and "--ref-load" not in f
+    assert launch.env["MILES_EXPERIMENTAL_ROLLOUT_REFACTOR"] == "1" and launch.env["MLFLOW_RUN_ID"] == "run123"
+    assert launch.command[1:3] == ["-m", "agentrl.trainers.miles_launcher"]
+    # The agent, reward hook and filter must be importable by Miles: every path we name resolves here.
+    for path in (cfg.trainer.agent_function, cfg.trainer.reward_hook, cfg.trainer.group_filter):
+        module, _, name = path.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), name))
+
+import importlib  # noqa: E402
+
+
+def test_batch_sizes_must_match_and_divide():
+    with pytest.raises(MilesConfigError, match=r"global_batch_size=30 must equal .* 4 x 8 = 32"):
+        check_config(make_cfg(global_batch_size=30))
+    with pytest.raises(MilesConfigError, match="does not divide over 3 data-parallel ranks"):
+        check_config(make_cfg(prompts_per_step=2, samples_per_prompt=4, global_batch_size=8, gpus_per_node=3))
+    with pytest.raises(MilesConfigError, match="tensor_parallel=3 does not divide the 8 training GPUs"):
+        check_config(make_cfg(tensor_parallel=3))
+    with pytest.raises(MilesConfigError, match="rollout_gpus_per_engine=3 does not divide the 8 rollout GPUs"):
+        check_config(make_cfg(rollout_gpus_per_engine=3))
+    with pytest.raises(MilesConfigError, match="prompts_per_step must be >= 1"):
+        check_config(make_cfg(prompts_per_step=0))
+
+def test_kl_needs_a_reference_and_then_uses_it(tmp_path):
+    with pytest.raises(MilesConfigError, match="kl_coef=0.01 needs a reference model"):
+        check_config(make_cfg(kl_coef=0.01))
+    f = flags(build_launch(make_cfg(kl_coef=0.01, ref_checkpoint="/ref", chat_template_path="/t"), ctx(tmp_path),
+                           model_args=[]).argv)
+    assert f["--use-kl-loss"] == [] and f["--kl-loss-coef"] == ["0.01"] and f["--ref-load"] == ["/ref"]
+    assert f["--kl-loss-type"] == ["low_var_kl"]
+
+def test_backend_parser_and_placement_refusals(tmp_path):
+    with pytest.raises(MilesConfigError, match="fsdp is disabled in miles-rl 0.0.2"):
+        check_config(make_cfg(train_backend="fsdp"))
+    check_config(make_cfg(train_backend="fsdp", extra_args=["--ci-test"]))  # allowed when asked for knowingly
+    with pytest.raises(MilesConfigError, match="train_backend must be one of"):
+        check_config(make_cfg(train_backend="deepspeed"))
+    with pytest.raises(MilesConfigError, match="trainer.tool_call_parser='glm47' but inference.tool_call_parser"):
+        check_config(make_cfg(tool_call_parser="glm47"))
+    cfg = make_cfg(colocate=False, chat_template_path="/t")
+    cfg.inference.num_gpus = 4
+    cfg.inference.urls = ["http://10.0.0.5:30000", "10.0.0.6:30001"]
+    f = flags(build_launch(cfg, ctx(tmp_path), model_args=[]).argv)
+    assert f["--rollout-num-gpus"] == ["4"] and "--colocate" not in f
+    assert f["--rollout-external"] == [] and f["--rollout-external-engine-addrs"] == ["10.0.0.5:30000",
+                                                                                     "10.0.0.6:30001"]
+    cfg.inference.urls = ["http://nohost"]
+    with pytest.raises(MilesConfigError, match="needs a host and a port"):
+        build_launch(cfg, ctx(tmp_path), model_args=[])
+
+def test_eval_every_zero_means_before_and_after_training(tmp_path):
+    f = flags(build_launch(make_cfg(eval_every=0, steps=12, chat_template_path="/t"), ctx(tmp_path), model_args=[]).argv)
+    assert f["--eval-interval"] == ["12"] and f["--eval-prompt-data"][1] == str(tmp_path / "eval.jsonl")
+
+def test_token_reaches_workers_but_never_the_report(tmp_path):
+    launch = build_launch(make_cfg(chat_template_path="/t"), ctx(tmp_path, env_token_var="MY_TOKEN",
+                                                                env_token="s3cret"), model_args=[])
+    assert launch.env["MY_TOKEN"] == "s3cret" and launch.env["AGENTRL_ENV_TOKEN_VAR"] == "MY_TOKEN"
+    assert "s3cret" not in launch.report() and "MY_TOKEN=***" in launch.report()
+    forwarded = worker_env({**launch.env, "HOME": "/root", "UNRELATED": "x"}, ("MY_TOKEN",))
+    assert forwarded["MY_TOKEN"] == "s3cret" and forwarded["MILES_EXPERIMENTAL_ROLLOUT_REFACTOR"] == "1"
+    assert forwarded["PYTHONPATH"] == "/repo" and "HOME" not in forwarded and "UNRELATED" not in forwarded
+
+def test_megatron_architecture_from_config_json(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_4B))
+    f = flags(megatron_model_args(tmp_path))
+    assert f["--num-layers"] == ["36"] and f["--hidden-size"] == ["2560"] and f["--ffn-hidden-size"] == ["9728"]
+    assert f["--num-attention-heads"] == ["32"] and f["--num-query-groups"] == ["8"] and f["--kv-channels"] == ["128"]
+    assert f["--rotary-base"] == ["1000000"] and f["--norm-epsilon"] == ["1e-06"] and f["--vocab-size"] == ["151936"]
+    assert "--qk-layernorm" in f and "--untie-embeddings-and-output-weights" not in f
+    (tmp_path / "config.json").write_text(json.dumps({**QWEN3_4B, "model_type": "llama", "tie_word_embeddings": False,
+                                                       "num_key_value_heads": 32}))
+    f = flags(megatron_model_args(tmp_path))
+    assert "--untie-embeddings-and-output-weights" in f and "--qk-layernorm" not in f
+    assert "--group-query-attention" not in f
+    (tmp_path / "config.json").write_text(json.dumps({**QWEN3_4B, "model_type": "deepseek_v3"}))
+    with pytest.raises(MilesConfigError, match="no built-in Megatron mapping"):
+        megatron_model_args(tmp_path)
+    with pytest.raises(MilesConfigError, match="has no config.json"):
+        megatron_model_args(tmp_path / "missing")
+
+@pytest.mark.slow
+def test_fixed_template_table_agrees_with_miles():
+    pytest.importorskip("miles", reason="Miles is not installed: run scripts/install_miles_light.sh")
+    from miles.utils.chat_template_utils.tito_tokenizer import resolve_fixed_chat_template
+
+    from miles.utils.chat_template_utils.tito_tokenizer import TITOTokenizerType
+
+    for family in TITOTokenizerType:
+        if family.value == "default":  # no fixed template: Miles resolves nothing for it
+            continue
+        path, _ = resolve_fixed_chat_template(family.value, ["tool"])
+        assert (Path(path).name if path else None) == FIXED_TEMPLATES.get(family.value), family.value
+
+
+def test_fit_refuses_without_miles_or_gpus(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "miles" else real(n, *a))
+    with pytest.raises(MilesUnavailable, match="missing miles"):
+        require_miles()
+    monkeypatch.undo()
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has GPUs")
+    with pytest.raises(MilesUnavailable, match=r"needs 8 GPU\(s\) on this machine .* and found 0"):
+        require_gpus(make_cfg())
+    with pytest.raises(MilesUnavailable, match="num_nodes=2 needs a Ray cluster"):
+        require_gpus(make_cfg(num_nodes=2))
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    require_gpus(make_cfg(num_nodes=2))  # the launcher checks the cluster's GPUs
+
+def normalize(text: str, home: Path, model: Path) -> str:
+    spec = importlib.util.find_spec("miles_tito_tokenizers")
+    templates = str(Path(list(spec.submodule_search_locations)[0]) / "templates")
+    for old, new in ((templates, "<miles_tito_tokenizers>/templates"), (str(model), "<model>"), (str(home), "<home>"),
+                     (project_root(), "<repo>"), (sys.executable, "<python>")):
+        text = text.replace(old, new)
+    return re.sub(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", "<time>", text)
+
+@pytest.mark.slow
+def test_golden_dry_run_of_gridsim_miles(agentrl_home: Path, tmp_path: Path):
+    if importlib.util.find_spec("miles_tito_tokenizers") is None:
+        pytest.skip("miles-tito-tokenizers is not installed: run scripts/install_miles_light.sh")
+    model = tmp_path / "Qwen3-4B"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN3_4B))
+    proc = run_cli(["+recipe=gridsim_miles", "dry_run=true", f"model.path={model}"], cwd=tmp_path,
+                   env={"PYTHONPATH": "", "RAY_ADDRESS": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = proc.stdout[proc.stdout.index("miles: env server"):proc.stdout.index("dry run: composed")]
+    got = normalize(report, agentrl_home, model)
+    if os.environ.get("AGENTRL_UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(got)
+    assert got == GOLDEN.read_text()
+
+@pytest.mark.slow
+def test_dry_run_refuses_bad_batch_sizes_before_anything_starts(agentrl_home: Path, tmp_path: Path):
+    proc = run_cli(["+recipe=gridsim_miles", "dry_run=true", "trainer.global_batch_size=30"], cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "agentrl: trainer.global_batch_size=30 must equal prompts_per_step x samples_per_prompt" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+def test_trainer_construction_checks_the_config():
+    with pytest.raises(SystemExit, match="kl_coef=0.1 needs a reference model"):
+        MilesTrainer(make_cfg(kl_coef=0.1), plan=None, tracker=None)
