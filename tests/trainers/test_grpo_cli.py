@@ -1,0 +1,99 @@
+"""The GRPO trainer through the real CLI: metrics in MLflow, kill + resume, and an Optuna sweep."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentrl.trainers.grpo import RowStream
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=3",
+        "trainer.eval_every=1", "trainer.checkpoint_every=1", "trainer.warm_start.steps=2",
+        "trainer.warm_start.batch_samples=2", "agent.max_response_tokens=24", "trainer.max_extra_rows=0",
+        "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
+        "model.intermediate_size=64", "model.vocab_size=1024"]
+REQUIRED = ["train/reward", "eval/reward", "eval/reward_1h", "eval/zero_share", "rollout/flagged",
+            "rollout/invalid_tool_calls", "rollout/groups_dropped", "time/generate_s", "time/train_s",
+            "time/step_s", "time/weight_push_s", "perf/generate_tokens_per_s", "train/loss", "train/kl",
+            "train/clip_fraction", "train/grad_norm", "eval_greedy/reward"]
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _cli(args: list[str], home: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=_env(home), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _runs(home: Path) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    exps = client.search_experiments()
+    return client, client.search_runs([e.experiment_id for e in exps])
+
+
+def test_row_stream_resumes_identically() -> None:
+    a = RowStream(10, seed=3)
+    first = [a.next() for _ in range(25)]
+    b = RowStream(10, seed=3, cursor=13)
+    assert [b.next() for _ in range(12)] == first[13:]
+    assert sorted(first[:10]) == list(range(10)) and first[:10] != first[10:20]  # each epoch a new permutation
+
+
+@pytest.mark.slow
+def test_two_steps_then_kill_and_resume(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    args = ["+recipe=gridsim_grpo", *TINY]
+    # A run of 3 steps killed once its step-1 checkpoint exists ...
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args, "trainer.steps=3"], cwd=REPO, env=_env(home),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 480
+    while not list((home / "outputs" / "checkpoints" / "gridsim_grpo").glob("*/step-000001/state.pt")):
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, "no step-1 checkpoint in time"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # ... resumes at step 2 in the same MLflow run, with steps=2 it then finishes.
+    done = _cli([*args, "trainer.steps=2", "trainer.resume=true"], home)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "resuming from" in done.stdout and "at step 2" in done.stdout
+    client, runs = _runs(home)
+    assert len(runs) == 1, "resume must continue the same MLflow run"
+    run = runs[0]
+    for key in REQUIRED:
+        assert key in run.data.metrics, f"{key} missing; logged: {sorted(run.data.metrics)}"
+        assert math.isfinite(run.data.metrics[key])
+    evals = client.get_metric_history(run.info.run_id, "eval/reward")
+    assert sorted(m.step for m in evals) == [0, 1, 2]  # eval before step 1, after 1 and after 2; none twice
+    train = client.get_metric_history(run.info.run_id, "train/reward")
+    assert sorted(m.step for m in train) == [1, 2]
+    arts = [a.path for a in client.list_artifacts(run.info.run_id, "plots")]
+    assert "plots/reward_curves.png" in arts
+
+
+@pytest.mark.slow
+def test_optuna_sweep_children_under_parent(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    done = _cli(["-m", "+recipe=gridsim_grpo", "hparams_search=gridsim_optuna", "hydra.sweeper.n_trials=2",
+                 "trainer.steps=1", "trainer.eval_every=0", "trainer.checkpoint_every=0", *TINY[:2],
+                 *TINY[2:3], *TINY[5:]], home, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    _, runs = _runs(home)
+    parents = [r for r in runs if r.data.tags.get("agentrl.sweep") == "true"]
+    assert len(parents) == 1
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(children) == 2
+    assert all(math.isfinite(c.data.metrics["eval/reward"]) for c in children)
