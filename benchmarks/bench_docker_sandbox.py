@@ -45,7 +45,7 @@ async def deploy_times(bundle, n: int, warm_pool: int) -> list[float]:
     try:
         for i in range(n):
             if warm_pool:  # measure a warm hit: wait until the pool has refilled after the last deploy
-                while len(sb._pool) < warm_pool:
+                while sb.warm_ready() < warm_pool:
                     await asyncio.sleep(0.02)
             deployed, grade = await play(sb, bundle, i % 200)
             assert grade == 1.0, grade

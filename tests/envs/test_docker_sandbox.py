@@ -1,6 +1,7 @@
 """The Docker sandbox against a real daemon: episodes in containers, deaths, leftovers, shutdown, warm pool.
 
-Needs a Docker daemon (`bash .ci/setup_docker.sh`); skipped with a reason when none answers.
+Needs a Docker daemon (`bash .ci/setup_docker.sh`); skipped with a reason when none answers, unless
+AGENTRL_REQUIRE_DOCKER=1 (then that fails).
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ def client():
         c = docker.from_env(timeout=30)
         c.ping()
     except Exception as exc:
+        if os.environ.get("AGENTRL_REQUIRE_DOCKER") == "1":  # CI: a missing daemon is a failure, not a skip
+            pytest.fail(f"AGENTRL_REQUIRE_DOCKER=1 but no Docker daemon answers ({exc})")
         pytest.skip(f"no Docker daemon answers ({exc}); run `bash .ci/setup_docker.sh`")
     from agentrl.envs.sandbox.image import ensure_image
 

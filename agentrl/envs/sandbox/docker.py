@@ -293,6 +293,10 @@ class DockerSandbox(Sandbox):
         except Exception:
             pass
 
+    def warm_ready(self) -> int:
+        """How many warm containers wait for a task now."""
+        return len(self._pool)
+
     def live_containers(self) -> list[str]:
         """Names of this instance's containers the sandbox holds (warm or playing)."""
         return sorted(self._boxes)
