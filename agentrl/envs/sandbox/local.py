@@ -77,6 +77,9 @@ class LocalEpisodeHandle(EpisodeHandle):
         self._inflight: concurrent.futures.Future | None = None
         self._closed = False
         self._on_close = on_close
+        # Filled in the same thread hop as the call that produced them, to save a hop each.
+        self._first_turn: Turn | None = None
+        self._final_scores: dict[str, float] | None = None
 
     async def _run(self, fn: Callable, *args: Any) -> Any:
         async with self._lock:
@@ -88,25 +91,40 @@ class LocalEpisodeHandle(EpisodeHandle):
             return await asyncio.wrap_future(fut)
 
     async def first_turn(self) -> Turn:
-        return await self._run(self.episode.first_turn)
+        turn, self._first_turn = self._first_turn, None
+        return turn if turn is not None else await self._run(self.episode.first_turn)
+
+    def _settle(self) -> None:
+        """On the worker thread, after a call: an episode that is over has final scores; keep them."""
+        if self.episode.done:
+            self._final_scores = self.episode.scores()
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         def call() -> ToolResult:
             result = self.episode.call_tool(name, arguments)
-            if not result.done and self.episode.done:
-                # Read `done` in the same hop: a call that used the last submission ends the episode.
+            self._settle()
+            if not result.done and self._final_scores is not None:
+                # A call that used the last submission ends the episode, whatever the tool said.
                 result = ToolResult(result.text, result.is_error, True)
             return result
 
         return await self._run(call)
 
     async def end_turn(self, response: str) -> Turn | None:
-        return await self._run(self.episode.end_turn, response)
+        def end() -> Turn | None:
+            turn = self.episode.end_turn(response)
+            if turn is None:
+                self._final_scores = self.episode.scores()
+            return turn
+
+        return await self._run(end)
 
     async def done(self) -> bool:
-        return await self._run(lambda: self.episode.done)
+        return self._final_scores is not None or await self._run(lambda: self.episode.done)
 
     async def scores(self) -> dict[str, float]:
+        if self._final_scores is not None:
+            return dict(self._final_scores)
         return await self._run(self.episode.scores)
 
     async def close(self) -> None:
@@ -152,13 +170,20 @@ class LocalSandbox(Sandbox):
         if self._pool is None:
             await self.start()
         assert self._pool is not None
+
+        def start() -> tuple[Episode, Turn]:
+            # The opening turn comes in the same hop as the episode: one thread round trip per reset.
+            episode = self.bundle.episode(split, index)
+            return episode, episode.first_turn()
+
         try:
-            episode = await asyncio.wrap_future(self._pool.submit(self.bundle.episode, split, index))
+            episode, turn = await asyncio.wrap_future(self._pool.submit(start))
         except (IndexError, KeyError):
             raise
         except Exception as exc:
             raise SandboxError(f"starting task {index} of split {split!r} failed: {exc!r}") from exc
         handle = LocalEpisodeHandle(episode, self._pool, self._live.discard)
+        handle._first_turn = turn
         self._live.add(handle)
         return handle
 
