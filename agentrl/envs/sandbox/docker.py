@@ -318,6 +318,9 @@ class DockerSandbox(Sandbox):
             except RemoteError as exc:
                 self._pool.appendleft(box)  # no episode was made: the container is still fresh
                 raise SandboxError(f"deploying {split}[{index}] failed: {exc}") from None
+            except BaseException:  # cancelled mid-assignment: the channel is no longer trustworthy
+                self._remove_later(box)
+                raise
             return DockerEpisodeHandle(self, box, task_id["task_id"])
         box = await self._launch()
         try:
