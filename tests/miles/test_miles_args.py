@@ -163,9 +163,7 @@ def test_megatron_architecture_from_config_json(tmp_path):
 @pytest.mark.slow
 def test_fixed_template_table_agrees_with_miles():
     pytest.importorskip("miles", reason="Miles is not installed: run scripts/install_miles_light.sh")
-    from miles.utils.chat_template_utils.tito_tokenizer import resolve_fixed_chat_template
-
-    from miles.utils.chat_template_utils.tito_tokenizer import TITOTokenizerType
+    from miles.utils.chat_template_utils.tito_tokenizer import TITOTokenizerType, resolve_fixed_chat_template
 
     for family in TITOTokenizerType:
         if family.value == "default":  # no fixed template: Miles resolves nothing for it
