@@ -15,6 +15,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,29 @@ def has_signal(group: list[Played]) -> bool:
     """The filter: keep a group with no flagged rollout and at least two different rewards."""
     samples = [{"metadata": {**p.metadata, "reward": p.reward}, "reward": p.reward} for p in group]
     return keep_scored_groups(None, samples) and len({p.reward for p in group}) > 1
+
+
+def fill_step(draw: Callable[[], int], play: Callable[[list[int], int], list[list[Played]]], *, want: int,
+              budget: int, keep: Callable[[list[Played]], bool]) -> tuple[list[list[Played]], list[Played], int, int]:
+    """Draw and play rows until `want` groups pass `keep` or `budget` rows were drawn.
+
+    Returns (kept groups, every rollout played, groups dropped, rows drawn). Each round draws only as
+    many rows as groups are still missing, so a step never trains on more than `want` groups.
+    """
+    kept: list[list[Played]] = []
+    seen: list[Played] = []
+    drawn = dropped = attempt = 0
+    while len(kept) < want and drawn < budget:
+        indices = [draw() for _ in range(min(want - len(kept), budget - drawn))]
+        drawn += len(indices)
+        for group in play(indices, attempt):
+            seen += group
+            if keep(group):
+                kept.append(group)
+            else:
+                dropped += 1
+        attempt += 1
+    return kept, seen, dropped, drawn
 
 
 def checkpoint_root(cfg: DictConfig, run_id: str | None) -> Path:
@@ -156,24 +180,14 @@ class GRPOTrainer:
         """Play rows until `prompts_per_step` groups pass the filter (or the extra-row budget runs out)."""
         t, bundle, svc = self.t, self.plan.bundle, self.services
         want, budget = int(t.prompts_per_step), int(t.prompts_per_step) + int(t.max_extra_rows)
-        kept: list[list[Played]] = []
-        seen: list[Played] = []
-        drawn = dropped = attempt = 0
-        while len(kept) < want and drawn < budget:
-            n_rows = min(want - len(kept), budget - drawn)
-            rows = [make_row(bundle, self.cfg.env.train_split, self.rows.next(), svc.env_url, svc.env_settings)
-                    for _ in range(n_rows)]
-            drawn += n_rows
-            groups = asyncio.run(svc.runner.play_rows(rows, int(t.samples_per_prompt),
-                                                      request_kwargs=self._request_kwargs(float(t.temperature)),
-                                                      seed_parts=(self.cfg.seed, step, attempt)))
-            attempt += 1
-            for g in groups:
-                seen += g
-                if has_signal(g):
-                    kept.append(g)
-                else:
-                    dropped += 1
+
+        def play(indices: list[int], attempt: int) -> list[list[Played]]:
+            rows = [make_row(bundle, self.cfg.env.train_split, i, svc.env_url, svc.env_settings) for i in indices]
+            return asyncio.run(svc.runner.play_rows(rows, int(t.samples_per_prompt),
+                                                    request_kwargs=self._request_kwargs(float(t.temperature)),
+                                                    seed_parts=(self.cfg.seed, step, attempt)))
+
+        kept, seen, dropped, drawn = fill_step(self.rows.next, play, want=want, budget=budget, keep=has_signal)
         flagged: dict[str, int] = {}
         for p in seen:
             if p.failure:

@@ -97,3 +97,36 @@ def test_optuna_sweep_children_under_parent(tmp_path: Path) -> None:
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
     assert len(children) == 2
     assert all(math.isfinite(c.data.metrics["eval/reward"]) for c in children)
+
+
+def _group(index: int, rewards: list[float], failure: str | None = None) -> list:
+    from agentrl.inference.samples import Sample
+    from agentrl.trainers.rollout import Played
+
+    return [Played(Sample([1, 2], [0, 1], [0.0, -1.0], r), r, ("train", index, "agent"), "agent",
+                   {"metadata": {"index": index}}, failure, metadata={"agentenv_failure": failure})
+            for r in rewards]
+
+
+def test_filtered_groups_are_replaced_by_new_rows() -> None:
+    from agentrl.trainers.grpo import fill_step, has_signal
+
+    # Rows 0 and 2 are all-equal groups (no signal), row 3 holds a flagged rollout: all dropped and replaced.
+    table = {0: [0.0, 0.0], 1: [0.0, 1.0], 2: [0.5, 0.5], 3: [1.0, 0.2], 4: [0.3, 0.9], 5: [0.1, 0.4]}
+    stream = RowStream(6, seed=0)
+    ref = RowStream(6, seed=0)
+    order = [ref.next() for _ in range(6)]
+    calls: list[list[int]] = []
+
+    def play(indices: list[int], attempt: int) -> list[list]:
+        calls.append(indices)
+        return [_group(i, table[i], "env_error" if i == 3 else None) for i in indices]
+
+    kept, seen, dropped, drawn = fill_step(stream.next, play, want=3, budget=6, keep=has_signal)
+    good = [i for i in order if i in (1, 4, 5)]
+    assert [g[0].group[1] for g in kept] == good
+    assert drawn == stream.cursor == len(seen) // 2 and dropped == drawn - 3
+    assert calls[0] == order[:3] and sum(map(len, calls)) == drawn  # each round draws only what is missing
+    # With too small a budget the step stays short instead of looping forever.
+    kept2, _, _, drawn2 = fill_step(RowStream(6, seed=0).next, play, want=3, budget=3, keep=has_signal)
+    assert drawn2 == 3 and len(kept2) == sum(i in (1, 4, 5) for i in order[:3])

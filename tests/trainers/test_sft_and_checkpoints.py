@@ -1,0 +1,73 @@
+"""SFT data and training, and checkpoints that survive a full disk."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl.envs.bundles import load_bundle
+from agentrl.models.tiny import ensure_tiny_model
+from agentrl.trainers import checkpoint as ckpt
+from agentrl.trainers.sft import encode_demonstrations, save_hf_folder, train_sft
+
+SMALL = dict(seed=0, vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+             intermediate_size=64, max_position_embeddings=512)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = ensure_tiny_model(str(tmp_path_factory.mktemp("m") / "tiny"), **SMALL)
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def test_demonstration_loss_mask_covers_exactly_the_tool_call(tiny) -> None:
+    _, tok = tiny
+    bundle = load_bundle("gridsim", prompt_style="compact")
+    (ids, mask), = encode_demonstrations(tok, bundle, "train", "optimal", limit=1)
+    trained = tok.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    schedule = bundle.row("train", 0)["optimal_schedule"]
+    assert trained.startswith("<tool_call>") and trained.endswith("</tool_call><|im_end|>")
+    assert str(schedule).replace(" ", "") in trained.replace(" ", "")
+    assert "D=" in tok.decode(ids) and "D=" not in trained  # the prompt is context, never a target
+    assert len(ids) == max(i for i, m in enumerate(mask) if m) + 1  # the tool's answer is cut off
+
+
+def test_sft_lowers_the_loss_and_saves_a_loadable_folder(tiny, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model, tok = tiny
+    bundle = load_bundle("gridsim", prompt_style="compact")
+    data = encode_demonstrations(tok, bundle, "train", "optimal", limit=16)
+    losses: list[float] = []
+    train_sft(model, tok, data, steps=30, lr=3e-3, batch_samples=8, warmup_steps=3, seed=0,
+              on_step=lambda s, loss: losses.append(loss))
+    assert losses[-1] < 0.7 * losses[0]
+    out = save_hf_folder(model, tok, tmp_path / "sft")
+    again = AutoModelForCausalLM.from_pretrained(out)
+    for (k, a), b in zip(model.state_dict().items(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b), k
+
+
+class _FullDisk:
+    def save_pretrained(self, path: Path) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "partial.bin").write_bytes(b"x")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_full_disk_keeps_the_last_good_checkpoint(tiny, tmp_path: Path) -> None:
+    model, tok = tiny
+    good = ckpt.save(tmp_path, 1, model=model, tokenizer=tok, state={"run_id": "r1", "row_cursor": 4}, keep=2)
+    with pytest.raises(ckpt.CheckpointError, match="disk is full.*step-000001"):
+        ckpt.save(tmp_path, 2, model=_FullDisk(), tokenizer=tok, state={}, keep=2)
+    assert ckpt.latest(tmp_path) == good
+    assert ckpt.load_state(good)["row_cursor"] == 4
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000001"]  # no temp folder left behind
+    for step in (2, 3):
+        ckpt.save(tmp_path, step, model=model, tokenizer=tok, state={"run_id": "r1"}, keep=2)
+    assert [s for s, _ in ckpt.checkpoints(tmp_path)] == [2, 3]
