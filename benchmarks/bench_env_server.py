@@ -145,16 +145,23 @@ def echo_plan(sid: int, n: int):
     return "train", sid % 64, steps, None  # reward checked per server below
 
 
-async def measure(url: str, sessions: int, seconds: float, plan) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux), robust to other load on the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(url: str, pid: int, sessions: int, seconds: float, plan) -> dict[str, float]:
     lat: list[float] = []
     await asyncio.gather(*(session(url, i, time.monotonic() + 0.3, [], plan) for i in range(sessions)))  # warm-up
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), cpu_seconds(pid)
     counts = await asyncio.gather(*(session(url, i, t0 + seconds, lat, plan) for i in range(sessions)))
-    elapsed = time.monotonic() - t0
+    elapsed, cpu = time.monotonic() - t0, cpu_seconds(pid) - cpu0
     lat.sort()
     print(f"  {url} x{sessions}: {sum(counts) / elapsed:.1f} episodes/s", file=sys.stderr, flush=True)
     return {
         "eps": sum(counts) / elapsed,
+        "cpu_ms": cpu / max(1, sum(counts)) * 1e3,  # server CPU per episode
         "p50": lat[len(lat) // 2] * 1e3,
         "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3,
     }
@@ -179,7 +186,7 @@ def main() -> None:
                 split, index, steps, _ = echo_plan(sid, n)
                 return split, index, steps, r
 
-            results[name] = {n: asyncio.run(measure(url, n, args.seconds, plan)) for n in levels}
+            results[name] = {n: asyncio.run(measure(url, procs[name][0].pid, n, args.seconds, plan)) for n in levels}
 
         from agentrl.envs.bundles import load_bundle
 
@@ -190,7 +197,7 @@ def main() -> None:
             i = (sid * 7 + n) % 200
             return "eval", i, [("submit_schedule", {"schedule": schedules[i]})], 1.0
 
-        gridsim = {n: asyncio.run(measure(procs["gridsim"][1], n, args.seconds, grid_plan)) for n in levels}
+        gridsim = {n: asyncio.run(measure(procs["gridsim"][1], procs["gridsim"][0].pid, n, args.seconds, grid_plan)) for n in levels}
     finally:
         for proc, _ in procs.values():
             proc.send_signal(signal.SIGTERM)
@@ -202,19 +209,24 @@ def main() -> None:
 
     print(f"echo env, episode = reset + {STEPS} tool calls + end_turn; {args.seconds:g}s per point; "
           f"{os.cpu_count()} CPUs")
-    print(f"{'sessions':>8} | {'ours ep/s':>9} {'p50 ms':>7} {'p99 ms':>7} | {'openenv ep/s':>12} {'p50 ms':>7} "
-          f"{'p99 ms':>7} | {'throughput x':>12} {'p99 ratio':>9}")
+    print("cpu = server CPU ms per episode (load-independent); ratios are openenv/ours for latency and CPU")
+    print(f"{'sessions':>8} | {'ours ep/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu':>5} | {'openenv ep/s':>12} "
+          f"{'p50 ms':>7} {'p99 ms':>7} {'cpu':>5} | {'throughput x':>12} {'p99 x':>6} {'cpu x':>6}")
     for n in levels:
         o, b = results["ours"][n], results["openenv"][n]
-        print(f"{n:>8} | {o['eps']:>9.1f} {o['p50']:>7.2f} {o['p99']:>7.2f} | {b['eps']:>12.1f} {b['p50']:>7.2f} "
-              f"{b['p99']:>7.2f} | {o['eps'] / b['eps']:>11.2f}x {b['p99'] / o['p99']:>8.2f}x")
+        print(f"{n:>8} | {o['eps']:>9.1f} {o['p50']:>7.2f} {o['p99']:>7.2f} {o['cpu_ms']:>5.2f} | {b['eps']:>12.1f} "
+              f"{b['p50']:>7.2f} {b['p99']:>7.2f} {b['cpu_ms']:>5.2f} | {o['eps'] / b['eps']:>11.2f}x "
+              f"{b['p99'] / o['p99']:>5.2f}x {b['cpu_ms'] / o['cpu_ms']:>5.2f}x")
     print("gridsim, local sandbox, episode = reset + submit the optimum (reward 1.0)")
     for n in levels:
         g = gridsim[n]
         flag = "ok" if g["p99"] < 10 else "OVER 10 ms"
-        print(f"{n:>8} | {g['eps']:>9.1f} ep/s  step p50 {g['p50']:.2f} ms  p99 {g['p99']:.2f} ms ({flag})")
+        print(f"{n:>8} | {g['eps']:>9.1f} ep/s  step p50 {g['p50']:.2f} ms  p99 {g['p99']:.2f} ms ({flag})  "
+              f"server cpu {g['cpu_ms']:.2f} ms/episode")
     ratio = results["ours"][max(levels)]["eps"] / results["openenv"][max(levels)]["eps"]
-    print(f"throughput ratio at {max(levels)} sessions: {ratio:.2f}x (goal >= 2x)")
+    cpu_ratio = results["openenv"][max(levels)]["cpu_ms"] / results["ours"][max(levels)]["cpu_ms"]
+    print(f"at {max(levels)} sessions: throughput {ratio:.2f}x, server CPU per episode {cpu_ratio:.2f}x less "
+          "(goal >= 2x)")
 
 
 if __name__ == "__main__":
