@@ -1,0 +1,148 @@
+"""Does training work? (1) SFT on optimal demonstrations, evaluated on the eval days; (2) SFT on the greedy
+rule's demonstrations, then GRPO with the grader's reward: eval must rise above the SFT start by more than
+twice the standard error of the paired per-day difference.
+
+    python benchmarks/learning.py                       # the full measurement (CPU, one thread)
+    python benchmarks/learning.py --sft-steps 50 --grpo-steps 2 --eval-limit 20   # a quick look
+
+Prints one table per part and the GRPO step's time split (generate, env, train, weight push, other).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from agentrl.config import register_configs
+    from agentrl.config.locate import conf_dir
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+def plan_for(cfg, run_dir: Path):
+    from agentrl.plan import build_plan
+
+    return build_plan(cfg, choices={}, run_dir=run_dir)
+
+
+def eval_both(cfg, plan, model_path: str, limit: int | None, temperature: float):
+    from agentrl.trainers.evaluate import evaluate
+    from agentrl.trainers.services import start_services
+
+    svc = start_services(cfg, plan, model_path)
+    try:
+        sampled, played_s = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=limit, temperature=temperature,
+                                     seed_parts=(cfg.seed, "bench"))
+        greedy, played_g = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=limit, temperature=0.0,
+                                    prefix="eval_greedy")
+    finally:
+        svc.close()
+    return sampled | greedy, [p.reward for p in played_s]
+
+
+def baselines(plan, limit: int | None) -> dict[str, dict[str, float]]:
+    from agentrl.envs.gridsim.baselines import baseline_table
+
+    rows = plan.bundle.rows(plan.cfg.env.eval_split)
+    return baseline_table(rows[:limit] if limit else rows)
+
+
+def row(name: str, m: dict[str, float], prefix: str) -> str:
+    cells = [m.get(f"{prefix}/reward_{d}h", float("nan")) for d in (1, 2, 4)] + [m.get(f"{prefix}/reward", 0.0)]
+    return f"| {name} | " + " | ".join(f"{c:.3f}" for c in cells) + " |"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sft-steps", type=int, default=1500)
+    ap.add_argument("--grpo-steps", type=int, default=20)
+    ap.add_argument("--eval-limit", type=int, default=None, help="eval days (default: all 200)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--home", default=None, help="output root (default: a temporary folder)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    home = Path(args.home or tempfile.mkdtemp(prefix="agentrl-learning-"))
+    import os
+
+    os.environ["AGENTRL_HOME"] = str(home)
+    from agentrl.tracking.tracker import NullTracker
+    from agentrl.trainers.sft import run_sft, sft_checkpoint_path
+
+    limit = args.eval_limit
+    common = [f"seed={args.seed}", "env.prompt_style=compact", "agent.max_response_tokens=96"]
+    print(f"# learning benchmark {time.strftime('%Y-%m-%d')} (torch threads {args.threads}, home {home})")
+
+    # (1) SFT on optimal demonstrations.
+    cfg = compose(["+recipe=gridsim_sft", f"trainer.steps={args.sft_steps}", *common])
+    plan = plan_for(cfg, home / "run-sft")
+    out = sft_checkpoint_path(cfg, teacher="optimal", steps=args.sft_steps, lr=float(cfg.trainer.lr),
+                              batch_samples=int(cfg.trainer.batch_samples))
+    t0 = time.monotonic()
+    sft = run_sft(cfg, plan, out, teacher="optimal", steps=args.sft_steps, lr=float(cfg.trainer.lr),
+                  batch_samples=int(cfg.trainer.batch_samples), warmup_steps=int(cfg.trainer.warmup_steps))
+    sft_s = time.monotonic() - t0
+    m1, _ = eval_both(cfg, plan, str(out), limit, 1.1)
+    base = baselines(plan, limit)
+    print(f"\n## (1) SFT on optimal demonstrations: {args.sft_steps} steps in {sft_s / 60:.1f} min "
+          f"(final loss {sft['sft/loss']:.4f}), eval on {limit or 200} days\n")
+    print("| policy | 1h | 2h | 4h | all |\n|---|---|---|---|---|")
+    for pol in ("idle", "greedy"):
+        print(f"| {pol} rule | " + " | ".join(f"{base[g][pol]:.3f}" for g in ("1h", "2h", "4h", "all")) + " |")
+    print(row("SFT, sampled T=1.1", m1, "eval"))
+    print(row("SFT, greedy-decoded", m1, "eval_greedy"))
+
+    # (2) SFT on the greedy rule, then GRPO.
+    cfg2 = compose(["+recipe=gridsim_grpo", f"trainer.steps={args.grpo_steps}", "trainer.warm_start.teacher=greedy",
+                    f"trainer.warm_start.steps={args.sft_steps}", f"trainer.eval_limit={limit or 200}",
+                    "trainer.eval_every=0", "trainer.checkpoint_every=0", *common])
+    plan2 = plan_for(cfg2, home / "run-grpo")
+    from agentrl.trainers.grpo import GRPOTrainer
+
+    tracker = NullTracker()
+    trainer = GRPOTrainer(cfg2, plan=plan2, tracker=tracker)
+    t0 = time.monotonic()
+    trainer.fit()
+    grpo_s = time.monotonic() - t0
+    start_path = trainer._warm_start()  # the SFT(greedy) folder, already made
+    m_start, r_start = eval_both(cfg2, plan2, start_path, limit, 1.1)
+    final_path = home / "grpo-final"
+    trainer.learner.model.save_pretrained(final_path)
+    trainer.tokenizer.save_pretrained(final_path)
+    m_end, r_end = eval_both(cfg2, plan2, str(final_path), limit, 1.1)
+    diffs = [b - a for a, b in zip(r_start, r_end, strict=True)]
+    mean = sum(diffs) / len(diffs)
+    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs))
+    print(f"\n## (2) SFT on greedy-rule demonstrations, then {args.grpo_steps} GRPO steps ({grpo_s / 60:.1f} min)\n")
+    print("| model | 1h | 2h | 4h | all |\n|---|---|---|---|---|")
+    print(row("SFT(greedy), sampled", m_start, "eval"))
+    print(row("SFT(greedy)+GRPO, sampled", m_end, "eval"))
+    print(row("SFT(greedy), greedy-decoded", m_start, "eval_greedy"))
+    print(row("SFT(greedy)+GRPO, greedy-decoded", m_end, "eval_greedy"))
+    verdict = "PASS" if mean > 2 * se else "FAIL"
+    print(f"\npaired per-day difference (sampled): {mean:+.4f} +- {se:.4f} (se); rise > 2 se: {verdict}")
+
+    steps = [m for s, m in tracker.metrics if s >= 1 and "time/step_s" in m]
+    if steps:
+        tot = {k: sum(m.get(k, 0.0) for m in steps) for k in ("time/step_s", "time/generate_s", "time/train_s",
+                                                                "time/weight_push_s", "time/eval_s")}
+        other = tot["time/step_s"] - tot["time/generate_s"] - tot["time/train_s"] - tot["time/weight_push_s"]
+        print(f"\nstep time split over {len(steps)} steps (s/step): generate+env {tot['time/generate_s'] / len(steps):.2f}, "
+              f"train {tot['time/train_s'] / len(steps):.2f}, weight push {tot['time/weight_push_s'] / len(steps):.3f}, "
+              f"other {other / len(steps):.3f}; eval {tot['time/eval_s'] / max(len(steps), 1):.2f} s/step averaged")
+
+
+if __name__ == "__main__":
+    main()
