@@ -14,7 +14,6 @@ task 2 answers wrongly at once (reward 0, a valid group that must be kept).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 
 import pytest
@@ -79,9 +78,9 @@ def miles_args(model: str, rows: dict, sglang_url: str, session_port: int) -> ar
 
 
 @pytest.fixture
-def world(tmp_path, tiny_model_path, stand_in_sglang):
+def world(tmp_path, tiny_model_path, stand_in_sglang, monkeypatch):
     """Env server + rows + stand-in SGLang + Miles' session server, all on loopback."""
-    os.environ[REFACTOR_ENV] = "1"
+    monkeypatch.setenv(REFACTOR_ENV, "1")
     with serve_in_background(build_app(EchoBundle(train=3, eval=1), max_concurrent_envs=8)) as env_url:
         rows = write_rows(env_url, tmp_path / "rows", max_turns=3, tool_timeout=10)
         from transformers import AutoTokenizer
@@ -103,11 +102,12 @@ def world(tmp_path, tiny_model_path, stand_in_sglang):
             stop()
 
 
-async def test_miles_rollout_keeps_scored_groups_and_counts_agentenv_failures(world):
+async def test_miles_rollout_keeps_scored_groups_and_counts_agentenv_failures(world, monkeypatch):
     import httpx
 
     args, sglang, _ = world
-    http_utils._http_client = httpx.AsyncClient(trust_env=False, timeout=60)
+    # Miles' module-level client (init_http_client in a real run), bound to this test's event loop.
+    monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=60))
     from miles.rollout.data_source import RolloutDataSource
 
     data_source = RolloutDataSource(args)
