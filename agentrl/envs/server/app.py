@@ -155,6 +155,8 @@ def build_app(
             "version": str(getattr(bundle, "version", "") or "") or None,
             "author": None,
             "documentation_url": None,
+            # Not in OpenEnv's schema (its client ignores extra keys); the rows writer reads it.
+            "splits": dict(served.splits),
         }
 
     @app.websocket("/ws")
