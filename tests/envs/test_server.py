@@ -189,6 +189,7 @@ def test_http_routes(url):
     assert "tool_name" in schema["action"]["properties"]
     meta = httpx.get(f"{url}/metadata").json()
     assert meta["name"] == "echo" and meta["version"] == "1"
+    assert meta["splits"] == {"all": 5, "train": 3, "eval": 2}
 
 
 def test_capacity():
