@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The test command: installs agentrl with its test peers, makes sure a Docker engine answers (the Docker
+# The test command: installs agentrl with its test peers (and Miles' light CPU path), makes sure a Docker engine answers (the Docker
 # sandbox tests run against a real one), and runs the whole suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q -e '.[dev]'
+# Miles' agentic path runs for real in the tests, on the CPU: the light install (never its CUDA torch).
+bash scripts/install_miles_light.sh
 if [ -n "${CI:-}" ]; then
   # In CI the Docker tests must run, never skip.
   bash .ci/setup_docker.sh
