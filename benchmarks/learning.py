@@ -91,7 +91,7 @@ def main() -> None:
     out = sft_checkpoint_path(cfg, teacher="optimal", steps=args.sft_steps, lr=float(cfg.trainer.lr),
                               batch_samples=int(cfg.trainer.batch_samples))
     t0 = time.monotonic()
-    sft = run_sft(cfg, plan, out, teacher="optimal", steps=args.sft_steps, lr=float(cfg.trainer.lr),
+    sft = {"sft/loss": float("nan")} if (out / "config.json").is_file() else run_sft(cfg, plan, out, teacher="optimal", steps=args.sft_steps, lr=float(cfg.trainer.lr),
                   batch_samples=int(cfg.trainer.batch_samples), warmup_steps=int(cfg.trainer.warmup_steps))
     sft_s = time.monotonic() - t0
     m1, _ = eval_both(cfg, plan, str(out), limit, 1.1)
@@ -100,7 +100,7 @@ def main() -> None:
           f"(final loss {sft['sft/loss']:.4f}), eval on {limit or 200} days\n")
     print("| policy | 1h | 2h | 4h | all |\n|---|---|---|---|---|")
     for pol in ("idle", "greedy"):
-        print(f"| {pol} rule | " + " | ".join(f"{base[g][pol]:.3f}" for g in ("1h", "2h", "4h", "all")) + " |")
+        print(f"| {pol} rule | " + " | ".join(f"{base.get(g, {}).get(pol, float('nan')):.3f}" for g in ("1h", "2h", "4h", "all")) + " |")
     print(row("SFT, sampled T=1.1", m1, "eval"))
     print(row("SFT, greedy-decoded", m1, "eval_greedy"))
 
