@@ -72,20 +72,28 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--home", default=None, help="output root (default: a temporary folder)")
+    ap.add_argument("--part", choices=("1", "2", "all"), default="all",
+                    help="run part 1 or 2 alone (e.g. one process per core)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     home = Path(args.home or tempfile.mkdtemp(prefix="agentrl-learning-"))
     import os
 
     os.environ["AGENTRL_HOME"] = str(home)
-    from agentrl.tracking.tracker import NullTracker
-    from agentrl.trainers.sft import run_sft, sft_checkpoint_path
-
     limit = args.eval_limit
     common = [f"seed={args.seed}", "env.prompt_style=compact", "agent.max_response_tokens=96"]
     print(f"# learning benchmark {time.strftime('%Y-%m-%d')} (torch threads {args.threads}, home {home})")
 
-    # (1) SFT on optimal demonstrations.
+    if args.part in ("1", "all"):
+        part_one(args, home, common, limit)
+    if args.part in ("2", "all"):
+        part_two(args, home, common, limit)
+
+
+def part_one(args: argparse.Namespace, home: Path, common: list[str], limit: int | None) -> None:
+    """(1) SFT on optimal demonstrations, beside the idle and greedy rules."""
+    from agentrl.trainers.sft import run_sft, sft_checkpoint_path
+
     cfg = compose(["+recipe=gridsim_sft", f"trainer.steps={args.sft_steps}", *common])
     plan = plan_for(cfg, home / "run-sft")
     out = sft_checkpoint_path(cfg, teacher="optimal", steps=args.sft_steps, lr=float(cfg.trainer.lr),
@@ -104,7 +112,12 @@ def main() -> None:
     print(row("SFT, sampled T=1.1", m1, "eval"))
     print(row("SFT, greedy-decoded", m1, "eval_greedy"))
 
-    # (2) SFT on the greedy rule, then GRPO.
+
+
+def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int | None) -> None:
+    """(2) SFT on the greedy rule's demonstrations, then GRPO with the grader's reward."""
+    from agentrl.tracking.tracker import NullTracker
+
     cfg2 = compose(["+recipe=gridsim_grpo", f"trainer.steps={args.grpo_steps}", "trainer.warm_start.teacher=greedy",
                     f"trainer.warm_start.steps={args.sft_steps}", f"trainer.eval_limit={limit or 200}",
                     "trainer.eval_every=0", "trainer.checkpoint_every=0", *common])

@@ -98,6 +98,9 @@ class MLflowTracker:
         self.log_artifacts_enabled = log_artifacts
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         self.run_id: str | None = None
+        # On resume: the last step already logged per metric. A killed run may have logged steps past its
+        # last checkpoint; the resumed run replays those steps and must not log them twice.
+        self._logged_upto: dict[str, int] = {}
 
     def start(
         self,
@@ -112,6 +115,9 @@ class MLflowTracker:
         if resume_run_id:
             self.run_id = resume_run_id
             self.client.update_run(resume_run_id, status="RUNNING")
+            for key in self.client.get_run(resume_run_id).data.metrics:
+                steps = [m.step for m in self.client.get_metric_history(resume_run_id, key)]
+                self._logged_upto[key] = max(steps, default=-1)
             return resume_run_id
         tags: dict[str, str] = {f"choice.{g}": str(o) for g, o in sorted(choices.items()) if o is not None}
         tags["hydra.overrides"] = " ".join(overrides or [])[:_TAG_VALUE_CHARS]
@@ -146,14 +152,14 @@ class MLflowTracker:
             self.client.log_batch(self.run_id, params=params[i : i + _PARAMS_PER_BATCH])
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        """Log finite scalar metrics at `step` (non-finite values are dropped with their keys tagged)."""
+        """Log finite scalar metrics at `step`; non-finite values and steps a resumed run already logged are skipped."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         batch = [
             Metric(key, float(value), now, int(step))
             for key, value in metrics.items()
-            if value is not None and math.isfinite(float(value))
+            if value is not None and math.isfinite(float(value)) and step > self._logged_upto.get(key, -1)
         ]
         for i in range(0, len(batch), _METRICS_PER_BATCH):
             self.client.log_batch(self.run_id, metrics=batch[i : i + _METRICS_PER_BATCH])
