@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
+from tqdm import tqdm
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +193,12 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, *, teacher: str, steps
     data = encode_demonstrations(tokenizer, plan.bundle, cfg.env.train_split, teacher)
     log.info("SFT on %d %s demonstrations of %s for %d steps", len(data), teacher, plan.bundle.name, steps)
     last = {"loss": float("nan")}
+    bar = tqdm(total=steps, desc=f"SFT ({teacher})", unit="step", mininterval=5.0, dynamic_ncols=True)
 
     def on_step(step: int, loss: float) -> None:
         last["loss"] = loss
+        bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        bar.update(1)
         if tracker is not None and (step % 10 == 0 or step == steps):
             tracker.log({"sft/loss": loss}, step=step_offset + step)
 
@@ -212,5 +216,6 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, *, teacher: str, steps
 
     train_sft(model, tokenizer, data, steps=steps, lr=lr, batch_samples=batch_samples, warmup_steps=warmup_steps,
               seed=int(cfg.seed), on_step=on_step, on_eval=on_eval, eval_every=eval_every)
+    bar.close()
     save_hf_folder(model, tokenizer, output_dir)
     return {"sft/loss": last["loss"], "sft/train_s": time.monotonic() - started}
