@@ -1,7 +1,8 @@
 """GRPO checkpoints: model, optimizer, step, RNG states and the MLflow run id, written atomically.
 
 Layout: `<root>/step-000010/` holding `state.pt` (optimizer, step, data cursor, RNG states, run id) and the
-model as a Hugging Face folder `model/`. A checkpoint is written into `.step-000010.tmp-*` and renamed into
+model as a Hugging Face folder `model/`, plus `policies/<name>/` for every other trained policy (a role's own
+model; its optimizer is in `state.pt`). A checkpoint is written into `.step-000010.tmp-*` and renamed into
 place only when complete, so a kill or a full disk leaves the previous checkpoint untouched.
 """
 
@@ -13,6 +14,7 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +55,17 @@ def latest(root: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
-def save(root: Path, step: int, *, model: Any, tokenizer: Any, state: dict[str, Any], keep: int) -> Path:
-    """Write checkpoint `step` under `root` atomically, then keep only the newest `keep` checkpoints."""
+def policy_path(checkpoint: Path, name: str) -> Path:
+    """The Hugging Face folder of policy `name` (not the shared model) inside checkpoint folder `checkpoint`."""
+    return Path(checkpoint) / "policies" / name
+
+
+def save(root: Path, step: int, *, model: Any, tokenizer: Any, state: dict[str, Any], keep: int,
+         policies: Mapping[str, tuple[Any, Any]] | None = None) -> Path:
+    """Write checkpoint `step` under `root` atomically, then keep only the newest `keep` checkpoints.
+
+    `policies` maps each further policy's name to its (model, tokenizer), saved under `policies/<name>/`.
+    """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     target = root / f"step-{step:06d}"
@@ -62,6 +73,9 @@ def save(root: Path, step: int, *, model: Any, tokenizer: Any, state: dict[str, 
     try:
         model.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
+        for name, (other, other_tokenizer) in (policies or {}).items():
+            other.save_pretrained(policy_path(tmp, name))
+            other_tokenizer.save_pretrained(policy_path(tmp, name))
         torch.save({**state, "step": step, "rng": rng_state()}, tmp / "state.pt")
         if target.exists():
             shutil.rmtree(target)

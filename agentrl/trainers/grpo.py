@@ -4,7 +4,8 @@ Setup: the warm start (SFT, made on demand), the policy model and its optimizer,
 server + env server (`services.py`), and on resume the checkpoint's state. Train: each step draws rows,
 plays `samples_per_prompt` rollouts of each at once, drops groups the filter rejects (flagged rollouts,
 or groups whose rewards are all equal: no signal) and draws more rows until the step is full, computes
-group-normalized advantages, takes one AdamW step and pushes the weights to the engine. Eval before the
+group-normalized advantages, takes one AdamW step per trained policy on that policy's samples and pushes its
+weights to its engine (roles may play their own models: `policies.py`). Eval before the
 first step, every `eval_every` steps and at the end (plus a greedy-decoded eval). Cleanup: the reward
 curve PNG, and the services stopped whatever happened.
 """
@@ -25,8 +26,9 @@ from omegaconf import DictConfig
 from agentrl.rewards import keep_scored_groups
 from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.evaluate import evaluate
-from agentrl.trainers.learner import Learner, items_from
+from agentrl.trainers.learner import items_from
 from agentrl.trainers.plots import reward_curves
+from agentrl.trainers.policies import MAIN, load_learners, make_learner, plan_policies, step_policies
 from agentrl.trainers.rollout import Played, make_row
 from agentrl.trainers.services import start_services
 
@@ -94,10 +96,8 @@ class GRPOTrainer:
         self.t = cfg.trainer
         if int(self.t.samples_per_prompt) < 2:
             raise ValueError("trainer.samples_per_prompt must be at least 2: GRPO compares samples within a group")
-        roles = [r for r in (cfg.agent.get("roles") or []) if r.get("model") and not r.get("frozen")]
-        if roles:
-            raise NotImplementedError(f"roles {[r.name for r in roles]} name their own models; the built-in GRPO "
-                                      "trainer trains one shared policy (mark such roles frozen)")
+        # The shared policy plus one per distinct role model; checked here so a bad path fails before any setup.
+        self.policies = plan_policies(cfg.agent.get("roles"))
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
 
     @classmethod
@@ -149,22 +149,29 @@ class GRPOTrainer:
         start_path = str(resume_from / "model") if resume_from else self._warm_start()
         self.tokenizer = AutoTokenizer.from_pretrained(start_path)
         model = AutoModelForCausalLM.from_pretrained(start_path, dtype=torch.float32).eval()
-        self.learner = Learner(model, lr=float(t.lr), weight_decay=float(t.weight_decay), grad_clip=float(t.grad_clip),
-                               clip_low=float(t.clip_low), clip_high=float(t.clip_high), kl_coef=float(t.kl_coef),
-                               temperature=float(t.temperature), micro_batch_samples=int(t.micro_batch_samples),
-                               pad_id=self.tokenizer.pad_token_id or 0)
+        self.learner = make_learner(t, model, self.tokenizer)
+        for p in self.policies:  # a trained role model resumes from the checkpoint's copy
+            p.path = str(ckpt.policy_path(resume_from, p.name)) if resume_from and p.trainable else p.source
+        load_learners(t, self.policies)
         bundle = self.plan.bundle
         self.rows = RowStream(bundle.splits()[cfg.env.train_split], int(cfg.seed))
         first = 1
         if resume_from is not None:
             state = ckpt.load_state(resume_from)
             self.learner.optimizer.load_state_dict(state["optimizer"])
+            saved = state.get("policy_optimizers", {})
+            for p in self.policies:
+                if p.learner is not None:
+                    if p.name not in saved:
+                        raise ckpt.CheckpointError(f"checkpoint {resume_from} holds no optimizer for policy "
+                                                   f"{p.name!r} (it has {sorted(saved)}); resume with its roles")
+                    p.learner.optimizer.load_state_dict(saved[p.name])
             self.rows.cursor = int(state["row_cursor"])
             self.history = state.get("history", self.history)
             ckpt.set_rng_state(state["rng"])
             first = int(state["step"]) + 1
             print(f"resuming from {resume_from} at step {first}", flush=True)
-        self.services = start_services(cfg, self.plan, start_path)
+        self.services = start_services(cfg, self.plan, start_path, self.policies)
         return first
 
     # ------------------------------------------------------------------ train
@@ -220,13 +227,17 @@ class GRPOTrainer:
         groups, metrics = self._collect(step)
         t1 = time.monotonic()
         played = [p for g in groups for p in g]
-        items, _ = items_from(played)
+        items, _ = items_from(played, policy=MAIN)
         # No group passed the filter: no update this step, and the train metrics say so with zeros.
         metrics.update({"train/loss": 0.0, "train/kl": 0.0, "train/clip_fraction": 0.0, "train/approx_kl": 0.0,
                         "train/grad_norm": 0.0, "train/tokens": 0.0})
         metrics.update(self.learner.step(items))
-        t2 = time.monotonic()
         push_s = self.learner.push(self.services.engine) if items else 0.0
+        # Each role model steps on its own samples only (advantages still over the whole groups).
+        policy_metrics, policy_push_s = step_policies(self.policies, played, self.services.policy_engines)
+        metrics.update(policy_metrics)
+        push_s += policy_push_s
+        t2 = time.monotonic() - push_s
         metrics.update({"time/generate_s": t1 - t0, "time/train_s": t2 - t1, "time/weight_push_s": push_s,
                         "time/step_s": time.monotonic() - t0, "rollout/groups_kept": float(len(groups)),
                         "perf/generate_tokens_per_s": metrics["rollout/model_tokens"] / max(t1 - t0, 1e-9),
@@ -235,10 +246,12 @@ class GRPOTrainer:
         return metrics
 
     def _save(self, step: int) -> None:
+        trained = [p for p in self.policies if p.learner is not None]
         state = {"optimizer": self.learner.optimizer.state_dict(), "row_cursor": self.rows.cursor,
-                 "run_id": self.tracker.run_id, "history": self.history}
+                 "run_id": self.tracker.run_id, "history": self.history,
+                 "policy_optimizers": {p.name: p.learner.optimizer.state_dict() for p in trained}}
         ckpt.save(self.root, step, model=self.learner.model, tokenizer=self.tokenizer, state=state,
-                  keep=int(self.t.keep_checkpoints))
+                  keep=int(self.t.keep_checkpoints), policies={p.name: (p.learner.model, p.tokenizer) for p in trained})
 
     def fit(self) -> dict[str, float]:
         """Train for `trainer.steps` steps; returns the final metrics (their `eval/reward` is the objective)."""

@@ -23,16 +23,17 @@ class TrainItem:
     advantage: float
 
 
-def items_from(played: Sequence[Any]) -> tuple[list[TrainItem], torch.Tensor]:
+def items_from(played: Sequence[Any], policy: str | None = None) -> tuple[list[TrainItem], torch.Tensor]:
     """Group-normalized advantages for every played sample and the items to train on.
 
-    Every sample counts in its group's baseline; samples of frozen roles and samples without model
-    tokens are then left out of the update.
+    Every sample counts in its group's baseline; samples of frozen roles, samples without model tokens
+    and, when `policy` is given, samples another policy played are then left out of the update.
     """
     adv = group_advantages([p.reward for p in played], [p.group for p in played])
     items = [TrainItem(p.sample.token_ids, p.sample.loss_mask, p.sample.rollout_logprobs, float(a))
              for p, a in zip(played, adv.tolist(), strict=True)
-             if not p.frozen and sum(p.sample.loss_mask) > 0]
+             if not p.frozen and sum(p.sample.loss_mask) > 0
+             and (policy is None or getattr(p, "policy", "main") == policy)]
     return items, adv
 
 

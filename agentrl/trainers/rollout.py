@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ class Played:
     invalid_tool_calls: int = 0
     frozen: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    policy: str = "main"  # the model that played it, and the only one its sample may update
 
     @property
     def model_tokens(self) -> int:
@@ -59,15 +60,43 @@ def make_row(bundle: Any, split: str, index: int, env_url: str, env_settings: di
     }
 
 
+class RoutedSessionPool(HttpSessionPool):
+    """An `HttpSessionPool` that also knows external OpenAI-compatible endpoints.
+
+    A role in `external` is handed the endpoint's base URL itself (the agent posts to `{url}/v1/chat/completions`):
+    no session is opened there and nothing is recorded, so such a role is played but can never be trained.
+    """
+
+    def __init__(self, default: str, by_role: Mapping[str, str] | None = None, *,
+                 external: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(default, by_role, **kwargs)
+        self.external = {k: v.rstrip("/") for k, v in (external or {}).items()}
+
+    async def open(self, role: str) -> str:
+        if role in self.external:
+            self.opened.append((role, self.external[role]))
+            return self.external[role]
+        return await super().open(role)
+
+
 class RolloutRunner:
-    """Plays rows through the agent over one session server and turns the sessions into `Played` samples."""
+    """Plays rows through the agent and turns the recorded sessions into `Played` samples.
+
+    Sessions open on `session_server` unless the role is in `routes` (role -> the session server of its own
+    model) or `external` (role -> an OpenAI-compatible base URL, never recorded); `role_policy` names the
+    policy each role's samples belong to (default "main").
+    """
 
     def __init__(self, agent: Any, session_server: Any, *, reward_fn: Callable[[dict[str, float]], float],
-                 frozen_roles: Sequence[str] = ()) -> None:
+                 frozen_roles: Sequence[str] = (), routes: Mapping[str, str] | None = None,
+                 external: Mapping[str, str] | None = None, role_policy: Mapping[str, str] | None = None) -> None:
         self.agent = agent
         self.base_url = session_server if isinstance(session_server, str) else session_server.base_url
         self.reward_fn = reward_fn
-        self.frozen_roles = set(frozen_roles)
+        self.routes = dict(routes or {})
+        self.external = dict(external or {})
+        self.role_policy = dict(role_policy or {})
+        self.frozen_roles = set(frozen_roles) | set(self.external)
 
     async def play_row(self, row: dict[str, Any], n: int, *, request_kwargs: dict[str, Any],
                        seed_parts: tuple[Any, ...]) -> list[Played]:
@@ -75,7 +104,7 @@ class RolloutRunner:
         key = (row["metadata"]["split"], row["metadata"]["index"])
 
         async def one(j: int) -> list[Played]:
-            pool = HttpSessionPool(self.base_url)
+            pool = RoutedSessionPool(self.base_url, self.routes, external=self.external)
             kwargs = dict(request_kwargs)
             if kwargs.get("temperature", 1.0) > 0:
                 kwargs["seed"] = play_seed(*seed_parts, *key, j)
@@ -86,14 +115,19 @@ class RolloutRunner:
         return [p for ps in results for p in ps]
 
     async def _to_played(self, out: RolloutOutput, row: dict[str, Any], key: tuple[Any, ...]) -> Played:
+        meta = out.metadata
+        failure = meta.get("agentenv_failure") or meta.get("failure")
+        policy = self.role_policy.get(out.role, "main")
+        if out.role in self.external:  # an external endpoint records nothing: scored, in its group, never trained
+            sample = Sample([], [], [], out.reward, f"{key}/{out.group}", dict(meta))
+            return Played(sample, float(out.reward), (*key, out.group), out.role, row, failure, 0, True, dict(meta),
+                          policy)
         # Read the session back over HTTP (GET /sessions/{id}), as Miles does, then free it.
         async with httpx.AsyncClient(trust_env=False) as client:
             response = await client.get(out.base_url, timeout=60)
             response.raise_for_status()
             body = response.json()
             await client.delete(out.base_url, timeout=60)
-        meta = out.metadata
-        failure = meta.get("agentenv_failure") or meta.get("failure")
         if body.get("records"):
             sample = assemble_sample(body, reward=out.reward, group_id=f"{key}/{out.group}", metadata=dict(meta))
         else:  # the play failed before the model's first turn: nothing to train on, still scored 0
@@ -103,7 +137,7 @@ class RolloutRunner:
         invalid = len(invalid) if isinstance(invalid, list) else int(invalid)
         frozen = bool(meta.get("frozen")) or out.role in self.frozen_roles
         return Played(sample, float(out.reward), (*key, out.group), out.role, row, failure, invalid, frozen,
-                      dict(meta))
+                      dict(meta), policy)
 
     async def play_rows(self, rows: Sequence[dict[str, Any]], n: int, *, request_kwargs: dict[str, Any],
                         seed_parts: tuple[Any, ...]) -> list[list[Played]]:

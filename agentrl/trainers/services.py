@@ -1,17 +1,20 @@
 """The processes a trainer runs beside itself: the inference engine, its session server and the env server.
 
 All three run in this process on loopback ports (threads), and `RolloutServices.close()` stops them in
-reverse order. Nothing here knows about losses or optimizers.
+reverse order. A role that plays its own model folder (`policies.py`) gets its own engine and session server
+beside them (on a free port); the runner routes that role's sessions there. Nothing here knows about losses or optimizers.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.trainers.policies import Policy, routing, untrained_roles
 from agentrl.trainers.rollout import RolloutRunner
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,7 @@ class RolloutServices:
     runner: RolloutRunner
     env_settings: dict[str, Any] = field(default_factory=dict)
     _stops: list[Any] = field(default_factory=list)
+    policy_engines: dict[str, Any] = field(default_factory=dict)  # policy name -> its engine (role models)
 
     def close(self) -> None:
         for stop in reversed(self._stops):
@@ -44,8 +48,11 @@ class RolloutServices:
         self._stops.clear()
 
 
-def start_services(cfg: DictConfig, plan: Any, model_path: str) -> RolloutServices:
-    """Start the engine on `model_path`, a session server over it, and the env server (unless env.server.url)."""
+def start_services(cfg: DictConfig, plan: Any, model_path: str, policies: Sequence[Policy] = ()) -> RolloutServices:
+    """Start the engine on `model_path`, a session server over it, and the env server (unless env.server.url).
+
+    Every policy in `policies` that is a model folder gets its own engine (on `policy.path`) and session server.
+    """
     from hydra.utils import instantiate
 
     from agentrl.envs.server import build_app, start_server_in_thread
@@ -67,11 +74,21 @@ def start_services(cfg: DictConfig, plan: Any, model_path: str) -> RolloutServic
         session_server = start_session_server(engine, host=cfg.inference.host, port=int(cfg.inference.port),
                                               default_max_tokens=int(cfg.agent.max_response_tokens))
         stops.append(session_server.stop)
-        frozen = [r.name for r in cfg.agent.get("roles", []) or [] if r.get("frozen")]
+        engines, servers = {}, {}
+        for policy in policies:
+            if policy.external:
+                continue
+            engines[policy.name] = instantiate(cfg.inference, model_path=policy.path)
+            stops.append(engines[policy.name].close)
+            own = start_session_server(engines[policy.name], host=cfg.inference.host, port=0,
+                                       default_max_tokens=int(cfg.agent.max_response_tokens))
+            stops.append(own.stop)
+            servers[policy.name] = own.base_url
+        frozen = [r.name for r in cfg.agent.get("roles", []) or [] if r.get("frozen")] + untrained_roles(policies)
         runner = RolloutRunner(agent_for(plan.agent), session_server, reward_fn=plan.reward,
-                               frozen_roles=frozen)
+                               frozen_roles=frozen, **routing(policies, servers))
         settings = OmegaConf.to_container(server_cfg, resolve=True)
-        return RolloutServices(engine, session_server, env_url, runner, settings, stops)
+        return RolloutServices(engine, session_server, env_url, runner, settings, stops, engines)
     except BaseException:
         for stop in reversed(stops):
             stop()

@@ -1,0 +1,133 @@
+"""The models a GRPO run plays: the shared policy `main` and one policy per distinct role `model`.
+
+A role with `model: null` plays the shared policy. A role whose `model` is a local Hugging Face folder plays
+that model, on its own engine and session server; roles naming the same folder share it. Such a policy is
+trained (its own `Learner`, its own AdamW) unless every role playing it is `frozen`; it is then played but
+never updated. A `model` that is an `http(s)://` URL is an external OpenAI-compatible endpoint (its base URL,
+without `/v1`): played, never recorded, never trained. Every sample updates only the policy that played it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrl.trainers.learner import Learner, items_from
+
+MAIN = "main"
+
+
+def is_endpoint(model: str) -> bool:
+    """True for an external OpenAI-compatible endpoint (an http(s) URL) rather than a model folder."""
+    return model.startswith(("http://", "https://"))
+
+
+@dataclass
+class Policy:
+    """A role model other than the shared one: where it comes from, who plays it, and (when trained) its learner."""
+
+    name: str
+    source: str  # the role's `model`: a model folder or an endpoint URL
+    roles: list[str] = field(default_factory=list)
+    trainable: bool = False
+    path: str = ""  # where its weights load from now: `source`, or the resumed checkpoint's copy
+    tokenizer: Any = None
+    learner: Learner | None = None
+
+    @property
+    def external(self) -> bool:
+        return is_endpoint(self.source)
+
+
+def _get(entry: Any, key: str, default: Any = None) -> Any:
+    return entry.get(key, default) if hasattr(entry, "get") else getattr(entry, key, default)
+
+
+def plan_policies(roles: Iterable[Any] | None) -> list[Policy]:
+    """One `Policy` per distinct role `model` (in order of first use); roles without a model play `main`.
+
+    Raises FileNotFoundError for a model that is neither an existing folder nor an http(s) URL.
+    """
+    by_source: dict[str, Policy] = {}
+    for role in roles or []:
+        model, name = _get(role, "model"), str(_get(role, "name"))
+        if not model:
+            continue
+        model = str(model).rstrip("/")
+        if is_endpoint(model):
+            model = model.removesuffix("/v1")  # the agent appends /v1/chat/completions itself
+        elif not Path(model).is_dir():
+            raise FileNotFoundError(f"role {name!r}: model {model!r} is neither a model folder nor an http(s):// "
+                                    "URL of an OpenAI-compatible endpoint")
+        policy = by_source.get(model)
+        if policy is None:
+            # Named after the first role that plays it; `main` is the shared policy's name.
+            policy = by_source[model] = Policy(name if name != MAIN else f"role_{name}", model, path=model)
+        policy.roles.append(name)
+        if not _get(role, "frozen", False) and not is_endpoint(model):
+            policy.trainable = True
+    return list(by_source.values())
+
+
+def routing(policies: Sequence[Policy], servers: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The runner's maps: `routes` (role -> session server), `external` (role -> endpoint), `role_policy`.
+
+    `servers` holds the session server URL of every policy that is not external.
+    """
+    routes, external, role_policy = {}, {}, {}
+    for p in policies:
+        for role in p.roles:
+            role_policy[role] = p.name
+            if p.external:
+                external[role] = p.source
+            else:
+                routes[role] = servers[p.name]
+    return {"routes": routes, "external": external, "role_policy": role_policy}
+
+
+def untrained_roles(policies: Sequence[Policy]) -> list[str]:
+    """Roles whose policy is never updated (all its roles frozen, or an external endpoint)."""
+    return [r for p in policies if not p.trainable for r in p.roles]
+
+
+def make_learner(t: Any, model: Any, tokenizer: Any) -> Learner:
+    """A `Learner` for `model` with the trainer config `t`'s optimizer and loss settings."""
+    return Learner(model, lr=float(t.lr), weight_decay=float(t.weight_decay), grad_clip=float(t.grad_clip),
+                   clip_low=float(t.clip_low), clip_high=float(t.clip_high), kl_coef=float(t.kl_coef),
+                   temperature=float(t.temperature), micro_batch_samples=int(t.micro_batch_samples),
+                   pad_id=tokenizer.pad_token_id or 0)
+
+
+def load_learners(t: Any, policies: Sequence[Policy]) -> None:
+    """Load every trainable policy's model and tokenizer from its `path` and give it a learner."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    for p in policies:
+        if p.trainable:
+            p.tokenizer = AutoTokenizer.from_pretrained(p.path)
+            model = AutoModelForCausalLM.from_pretrained(p.path, dtype=torch.float32).eval()
+            p.learner = make_learner(t, model, p.tokenizer)
+
+
+def step_policies(policies: Sequence[Policy], played: Sequence[Any], engines: Mapping[str, Any]
+                  ) -> tuple[dict[str, float], float]:
+    """One optimizer step per trainable policy on its own samples, then its weights to its own engine.
+
+    Advantages are computed over all of `played` (every role counts in its group as for `main`). Returns
+    the metrics as `train/<policy>/<metric>` (zeros for a policy without samples) and the push seconds.
+    """
+    metrics: dict[str, float] = {}
+    push_s = 0.0
+    for p in policies:
+        if p.learner is None:
+            continue
+        items, _ = items_from(played, policy=p.name)
+        out = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0, "tokens": 0.0}
+        out.update({k.removeprefix("train/"): v for k, v in p.learner.step(items).items()})
+        metrics.update({f"train/{p.name}/{k}": v for k, v in out.items()})
+        if items:
+            push_s += p.learner.push(engines[p.name])
+    return metrics, push_s
