@@ -226,17 +226,8 @@ class GRPOTrainer:
         t0 = time.monotonic()
         groups, metrics = self._collect(step)
         t1 = time.monotonic()
-        played = [p for g in groups for p in g]
-        items, _ = items_from(played, policy=MAIN)
-        # No group passed the filter: no update this step, and the train metrics say so with zeros.
-        metrics.update({"train/loss": 0.0, "train/kl": 0.0, "train/clip_fraction": 0.0, "train/approx_kl": 0.0,
-                        "train/grad_norm": 0.0, "train/tokens": 0.0})
-        metrics.update(self.learner.step(items))
-        push_s = self.learner.push(self.services.engine) if items else 0.0
-        # Each role model steps on its own samples only (advantages still over the whole groups).
-        policy_metrics, policy_push_s = step_policies(self.policies, played, self.services.policy_engines)
-        metrics.update(policy_metrics)
-        push_s += policy_push_s
+        update, push_s = self._update([p for g in groups for p in g])
+        metrics.update(update)
         t2 = time.monotonic() - push_s
         metrics.update({"time/generate_s": t1 - t0, "time/train_s": t2 - t1, "time/weight_push_s": push_s,
                         "time/step_s": time.monotonic() - t0, "rollout/groups_kept": float(len(groups)),
@@ -244,6 +235,21 @@ class GRPOTrainer:
                         "perf/train_tokens_per_s": metrics.get("train/tokens", 0.0) / max(t2 - t1, 1e-9)})
         self.history["train/reward"].append((step, metrics["train/reward"]))
         return metrics
+
+    def _update(self, played: list[Played]) -> tuple[dict[str, float], float]:
+        """One AdamW step per trained policy on the samples it played, each pushed to its own engine.
+
+        Returns the train metrics (`train/*` for main, `train/<policy>/*` for role models) and the push seconds.
+        """
+        items, _ = items_from(played, policy=MAIN)
+        # No group passed the filter: no update this step, and the train metrics say so with zeros.
+        metrics = {"train/loss": 0.0, "train/kl": 0.0, "train/clip_fraction": 0.0, "train/approx_kl": 0.0,
+                   "train/grad_norm": 0.0, "train/tokens": 0.0}
+        metrics.update(self.learner.step(items))
+        push_s = self.learner.push(self.services.engine) if items else 0.0
+        # Advantages are still computed over the whole groups; each role model steps on its own samples only.
+        policy_metrics, policy_push_s = step_policies(self.policies, played, self.services.policy_engines)
+        return metrics | policy_metrics, push_s + policy_push_s
 
     def _save(self, step: int) -> None:
         trained = [p for p in self.policies if p.learner is not None]
