@@ -196,7 +196,6 @@ def test_a_frozen_role_model_is_played_but_never_updated(models, tmp_path: Path)
     assert not ckpt.policy_path(ckpt.latest(tmp_path / "ckpt"), "verifier").exists()
 
 
-@pytest.mark.slow
 def test_two_steps_end_to_end_with_a_role_model(models, tmp_path: Path) -> None:
     t = trainer(models, tmp_path, "trainer.steps=2", "trainer.checkpoint_every=1", "trainer.eval_every=0")
     final = t.fit()
