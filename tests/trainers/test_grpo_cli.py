@@ -130,3 +130,20 @@ def test_filtered_groups_are_replaced_by_new_rows() -> None:
     # With too small a budget the step stays short instead of looping forever.
     kept2, _, _, drawn2 = fill_step(RowStream(6, seed=0).next, play, want=3, budget=3, keep=has_signal)
     assert drawn2 == 3 and len(kept2) == sum(i in (1, 4, 5) for i in order[:3])
+
+
+@pytest.mark.slow
+def test_arith_co_evolution_recipe_trains_and_logs_multi_agent_metrics(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    small = [a for a in TINY if not a.startswith(("trainer.warm_start", "trainer.eval_every"))]
+    done = _cli(["+recipe=arith_co_evolution", *small, "trainer.prompts_per_step=1", "agent.num_parallel=2",
+                 "trainer.steps=1", "trainer.eval_limit=2", "agent.max_response_tokens=12"], home)
+    assert done.returncode == 0, done.stderr[-4000:]
+    client, runs = _runs(home)
+    assert len(runs) == 1
+    metrics = runs[0].data.metrics
+    for key in ("multi_agent/avg_turns", "multi_agent/early_termination_rate",
+                "multi_agent/conversation_token_count", "loss_mask/role_split", "reward/avg",
+                "reward/solver", "reward/rewriter", "reward/selector", "eval/reward", "train/reward"):
+        assert key in metrics and math.isfinite(metrics[key]), f"{key}: logged {sorted(metrics)}"
+    assert runs[0].data.tags["choice.agent"] == "co_evolution" and runs[0].data.tags["choice.reward"] == "asymmetric"
