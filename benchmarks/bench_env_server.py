@@ -34,7 +34,7 @@ import sys
 import uvicorn
 from agentrl.envs.server import build_app
 from agentrl.envs.server.echo import EchoBundle
-app = build_app(EchoBundle(train=64, eval=64), max_concurrent_envs=128)
+app = build_app(EchoBundle(train=64, eval=64, inline=True), max_concurrent_envs=128)
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", ws="websockets")
 """
 

@@ -73,6 +73,10 @@ class Bundle(ABC):
 
     name: str
     version: str
+    # True when every episode method is pure computation of microseconds (GridSim, arith): the local
+    # sandbox then calls them on the event loop, since a worker-thread hop costs more than such a call.
+    # Leave False for anything that can block (I/O, subprocesses, sleeps): those run on worker threads.
+    inline_episodes: bool = False
 
     @abstractmethod
     def splits(self) -> dict[str, int]:

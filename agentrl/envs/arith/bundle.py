@@ -125,6 +125,7 @@ class ArithEpisode(Episode):
 class ArithBundle(FolderBundle):
     """Generated arithmetic problems; `data_file` replaces the train split with a user's own rows."""
 
+    inline_episodes = True  # pure computation of microseconds: no worker thread needed
     OPTIONS = {"data_file": None, "prompt_key": "prompt", "label_key": "label"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -19,6 +19,7 @@ _PUBLIC = ("date", "weekday", "season", "settlement_point")
 class GridSimBundle(FolderBundle):
     """GridSim v1: one battery, one day of day-ahead prices, graded against the exact optimum."""
 
+    inline_episodes = True  # pure computation of microseconds: no worker thread needed
     OPTIONS = {"prompt_style": "full"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

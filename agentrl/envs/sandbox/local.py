@@ -69,8 +69,10 @@ class DaemonPool(concurrent.futures.Executor):
 class LocalEpisodeHandle(EpisodeHandle):
     """One in-process episode. Calls are serialised, so the episode never runs on two threads at once."""
 
-    def __init__(self, episode: Episode, pool: DaemonPool, on_close: Callable[[LocalEpisodeHandle], None]):
+    def __init__(self, episode: Episode, pool: DaemonPool, on_close: Callable[[LocalEpisodeHandle], None],
+                 *, inline: bool = False):
         self.episode = episode
+        self._inline = inline
         self.task_id = episode.info.task_id
         self._pool = pool
         self._lock = asyncio.Lock()
@@ -85,6 +87,8 @@ class LocalEpisodeHandle(EpisodeHandle):
         async with self._lock:
             if self._closed:
                 raise SandboxError(f"episode {self.task_id} is closed")
+            if self._inline:
+                return fn(*args)
             fut = self._pool.submit(fn, *args)
             self._inflight = fut
             # A cancelled waiter (a tool timeout) leaves the thread running; close() waits for it.
@@ -142,6 +146,9 @@ class LocalEpisodeHandle(EpisodeHandle):
             except Exception:  # close never raises
                 log.exception("closing episode %s failed", self.task_id)
 
+        if self._inline:
+            safe_close()
+            return
         busy = self._inflight
         if busy is not None and not busy.done():
             # A stuck call still owns the episode: close it on the pool once that call returns.
@@ -154,7 +161,8 @@ class LocalEpisodeHandle(EpisodeHandle):
 
 
 class LocalSandbox(Sandbox):
-    """Runs episodes of `bundle` in this process; each Episode method runs on a daemon thread pool."""
+    """Runs episodes of `bundle` in this process; each Episode method runs on a daemon thread pool, or on the
+    event loop itself when the bundle declares `inline_episodes` (microsecond, non-blocking methods)."""
 
     def __init__(self, bundle: Bundle, *, workers: int = 16) -> None:
         self.bundle = bundle
@@ -176,13 +184,14 @@ class LocalSandbox(Sandbox):
             episode = self.bundle.episode(split, index)
             return episode, episode.first_turn()
 
+        inline = bool(getattr(self.bundle, "inline_episodes", False))
         try:
-            episode, turn = await asyncio.wrap_future(self._pool.submit(start))
+            episode, turn = start() if inline else await asyncio.wrap_future(self._pool.submit(start))
         except (IndexError, KeyError):
             raise
         except Exception as exc:
             raise SandboxError(f"starting task {index} of split {split!r} failed: {exc!r}") from exc
-        handle = LocalEpisodeHandle(episode, self._pool, self._live.discard)
+        handle = LocalEpisodeHandle(episode, self._pool, self._live.discard, inline=inline)
         handle._first_turn = turn
         self._live.add(handle)
         return handle

@@ -125,6 +125,7 @@ class EchoBundle(Bundle):
         turns: int = 1,
         marker_dir: str | None = None,
         extra_scores: bool = False,
+        inline: bool = False,
     ) -> None:
         if turns < 1:
             raise ValueError(f"turns must be at least 1, not {turns}")
@@ -132,6 +133,9 @@ class EchoBundle(Bundle):
         self.turns = turns
         self.marker_dir = marker_dir
         self.extra_scores = extra_scores
+        # Its `sleep` tool blocks, so by default its episodes run on worker threads; the speed benchmark,
+        # which never sleeps, plays them inline as openenv-core plays a sync env's steps.
+        self.inline_episodes = inline
 
     def splits(self) -> dict[str, int]:
         return dict(self._splits)
@@ -153,4 +157,5 @@ class EchoBundle(Bundle):
             "turns": self.turns,
             "marker_dir": self.marker_dir,
             "extra_scores": self.extra_scores,
+            "inline": self.inline_episodes,
         }
