@@ -68,6 +68,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sft-steps", type=int, default=1500)
     ap.add_argument("--grpo-steps", type=int, default=20)
+    ap.add_argument("--grpo-lr", type=float, default=None, help="GRPO learning rate (default: the recipe's)")
     ap.add_argument("--eval-limit", type=int, default=None, help="eval days (default: all 200)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
@@ -120,7 +121,8 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
 
     cfg2 = compose(["+recipe=gridsim_grpo", f"trainer.steps={args.grpo_steps}", "trainer.warm_start.teacher=greedy",
                     f"trainer.warm_start.steps={args.sft_steps}", f"trainer.eval_limit={limit or 200}",
-                    "trainer.eval_every=0", "trainer.checkpoint_every=0", *common])
+                    "trainer.eval_every=0", "trainer.checkpoint_every=0", *common,
+                    *([f"trainer.lr={args.grpo_lr}"] if args.grpo_lr else [])])
     plan2 = plan_for(cfg2, home / "run-grpo")
     from agentrl.trainers.grpo import GRPOTrainer
 
