@@ -30,6 +30,8 @@ def check_recipe(cfg: DictConfig) -> None:
 def run(cfg: DictConfig) -> float | None:
     """Run one job; return its final eval/reward (the objective a sweeper maximizes), None for a dry run."""
     check_recipe(cfg)
+    # One INFO line per request (every chat turn, every session) would drown the progress bars.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     hydra_cfg = HydraConfig.get()
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith(("hydra/", "schema/"))}
     run_dir = Path(hydra_cfg.runtime.output_dir)

@@ -139,7 +139,6 @@ class GRPOTrainer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         cfg, t = self.cfg, self.t
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the progress bar
         torch.manual_seed(int(cfg.seed))
         random.seed(int(cfg.seed))
         self.root = checkpoint_root(cfg, self.tracker.run_id)
