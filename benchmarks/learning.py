@@ -67,7 +67,7 @@ def row(name: str, m: dict[str, float], prefix: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sft-steps", type=int, default=1500)
-    ap.add_argument("--grpo-steps", type=int, default=20)
+    ap.add_argument("--grpo-steps", type=int, default=60)
     ap.add_argument("--grpo-lr", type=float, default=None, help="GRPO learning rate (default: the recipe's)")
     ap.add_argument("--eval-limit", type=int, default=None, help="eval days (default: all 200)")
     ap.add_argument("--threads", type=int, default=1)
