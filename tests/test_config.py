@@ -127,3 +127,11 @@ def test_hparams_search_space():
     params = cfg.hydra.sweeper.params
     assert set(params) == {"trainer.lr", "trainer.temperature", "trainer.samples_per_prompt"}
     assert cfg.hydra.sweeper.direction == "maximize"
+
+
+def test_agent_turns_follow_the_trainer_unless_set():
+    cfg = compose("config", overrides=["+recipe=gridsim_grpo", "trainer.max_turns=2"])
+    assert cfg.agent.max_turns == 2
+    cfg = compose("config", overrides=["+recipe=gridsim_grpo", "trainer.max_turns=2", "agent.max_turns=3"])
+    assert cfg.agent.max_turns == 3
+    assert compose("config", overrides=["+recipe=gridsim_sft"]).agent.max_turns == 4  # SFT has no max_turns

@@ -19,7 +19,8 @@ class RoleConfig:
 @dataclass
 class AgentConfig:
     _target_: str = MISSING
-    max_turns: int = 4  # model turns per episode
+    # Model turns per episode: the trainer's `max_turns` when it has one (GRPO, Miles), else 4.
+    max_turns: int = "${oc.select:trainer.max_turns,4}"  # type: ignore[assignment]
     max_context_tokens: int = 4096  # whole conversation; the episode ends flagged when the next turn won't fit
     max_response_tokens: int = 512  # per model turn
     model_timeout: float = 600.0  # seconds for one model reply
