@@ -23,7 +23,7 @@ class MLflowSweepCallback(Callback):
         self._parent: str | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.logger.get("_target_", "").split(".")[-1] != "MLflowTracker":
+        if config.logger._target_.split(".")[-1] != "MLflowTracker":
             return
         from mlflow.tracking import MlflowClient
 
