@@ -67,6 +67,8 @@ def row(name: str, m: dict[str, float], prefix: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sft-steps", type=int, default=1500)
+    ap.add_argument("--augment", type=int, default=None, help="SFT variants per train day (default: the recipe's)")
+    ap.add_argument("--sft-weight-decay", type=float, default=None, help="SFT weight decay (default: the recipe's)")
     ap.add_argument("--grpo-steps", type=int, default=60)
     ap.add_argument("--grpo-lr", type=float, default=None, help="GRPO learning rate (default: the recipe's)")
     ap.add_argument("--eval-limit", type=int, default=None, help="eval days (default: all 200)")
@@ -91,17 +93,22 @@ def main() -> None:
         part_two(args, home, common, limit)
 
 
+def sft_overrides(args: argparse.Namespace, node: str) -> list[str]:
+    """The SFT flags given on the command line, as overrides of `node` (trainer or trainer.warm_start)."""
+    given = {"augment": args.augment, "weight_decay": args.sft_weight_decay}
+    return [f"{node}.{k}={v}" for k, v in given.items() if v is not None]
+
+
 def part_one(args: argparse.Namespace, home: Path, common: list[str], limit: int | None) -> None:
     """(1) SFT on optimal demonstrations, beside the idle and greedy rules."""
     from agentrl.trainers.sft import run_sft, sft_checkpoint_path
 
-    cfg = compose(["+recipe=gridsim_sft", f"trainer.steps={args.sft_steps}", *common])
+    cfg = compose(["+recipe=gridsim_sft", f"trainer.steps={args.sft_steps}", *common, *sft_overrides(args, "trainer")])
     plan = plan_for(cfg, home / "run-sft")
-    out = sft_checkpoint_path(cfg, teacher="optimal", steps=args.sft_steps, lr=float(cfg.trainer.lr),
-                              batch_samples=int(cfg.trainer.batch_samples))
+    out = sft_checkpoint_path(cfg, cfg.trainer)
     t0 = time.monotonic()
-    sft = {"sft/loss": float("nan")} if (out / "config.json").is_file() else run_sft(cfg, plan, out, teacher="optimal", steps=args.sft_steps, lr=float(cfg.trainer.lr),
-                  batch_samples=int(cfg.trainer.batch_samples), warmup_steps=int(cfg.trainer.warmup_steps))
+    done = (out / "config.json").is_file()
+    sft = {"sft/loss": float("nan")} if done else run_sft(cfg, plan, out, cfg.trainer)
     sft_s = time.monotonic() - t0
     m1, _ = eval_both(cfg, plan, str(out), limit, 1.1)
     base = baselines(plan, limit)
@@ -121,6 +128,7 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
 
     cfg2 = compose(["+recipe=gridsim_grpo", f"trainer.steps={args.grpo_steps}", "trainer.warm_start.teacher=greedy",
                     f"trainer.warm_start.steps={args.sft_steps}", f"trainer.eval_limit={limit or 200}",
+                    *sft_overrides(args, "trainer.warm_start"),
                     "trainer.eval_every=0", "trainer.checkpoint_every=0", *common,
                     *([f"trainer.lr={args.grpo_lr}"] if args.grpo_lr else [])])
     plan2 = plan_for(cfg2, home / "run-grpo")

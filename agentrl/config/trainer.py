@@ -29,6 +29,8 @@ class WarmStartConfig:
     lr: float = 3e-3
     batch_samples: int = 32  # demonstrations per SFT step
     warmup_steps: int = 50
+    augment: int = 0  # extra demonstrations per task from the bundle's variants (GridSim: other batteries)
+    weight_decay: float = 0.0
 
 
 @dataclass
@@ -59,6 +61,8 @@ class SFTTrainerConfig(TrainerConfig):
     teacher: str = "optimal"  # optimal | greedy: which demonstrations to imitate
     batch_samples: int = 32  # transcripts per optimizer step
     warmup_steps: int = 50
+    augment: int = 0  # extra demonstrations per task from the bundle's variants (GridSim: other batteries)
+    weight_decay: float = 0.0
     eval_every: int = 250
     eval_temperature: float = 1.1  # sampled eval; a greedy-decoded eval is reported beside it at the end
     output_dir: str | None = None  # null: <paths.checkpoint_dir>/sft/<bundle>-<teacher>-s<steps>-<settings hash>

@@ -98,3 +98,8 @@ class Bundle(ABC):
     def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
         """A chat transcript of the task played by `teacher`, for SFT. Optional."""
         raise NotImplementedError(f"bundle {self.name!r} has no demonstrations")
+
+    def demonstration_variant(self, split: str, index: int, teacher: str, rng: Any) -> list[dict[str, Any]]:
+        """A variant of task `index` (drawn with `rng`, a `random.Random`) played by `teacher`: extra SFT data
+        (`trainer.augment`) from the split's own tasks. Optional."""
+        raise NotImplementedError(f"bundle {self.name!r} has no demonstration variants (set trainer.augment=0)")

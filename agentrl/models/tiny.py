@@ -34,7 +34,8 @@ EOS_TOKEN, PAD_TOKEN = "<|im_end|>", "<|endoftext|>"
 PRETOKENIZE_PATTERN = r"[.,]? ?-?\d{1,3}|\n+|[^\d\n]+?(?=[.,]? ?-?\d|\n|$)"
 MAX_TOKEN_CHARS = 16
 
-BUILDER_VERSION = 1
+# 2: the compact GridSim prompt's short tool schema joined the tokenizer's corpus.
+BUILDER_VERSION = 2
 MARKER = "agentrl_tiny.json"
 # Settings that shape the weights or the tokenizer; the cached folder must match them all.
 SETTINGS = ("seed", "vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
@@ -176,6 +177,10 @@ def _is_built(target: Path, settings: dict[str, Any]) -> bool:
         raise ValueError(f"{target} exists but is not a tiny model built by agentrl (no {MARKER}); "
                          "remove it or choose another model.path")
     built = json.loads(marker.read_text())
+    if built.get("builder_version") != BUILDER_VERSION:
+        log.warning("%s was built by tiny-model builder version %s (this agentrl's is %s): it still works, but its "
+                    "tokenizer was trained on older prompts; remove the folder to rebuild it",
+                    target, built.get("builder_version"), BUILDER_VERSION)
     if built.get("settings") != {k: settings[k] for k in SETTINGS}:
         raise ValueError(f"{target} holds a tiny model built with {built.get('settings')}, not {settings}; "
                          "remove it or choose another model.path")

@@ -126,12 +126,10 @@ class GRPOTrainer:
             if not Path(ws.checkpoint).is_dir():
                 raise FileNotFoundError(f"trainer.warm_start.checkpoint={ws.checkpoint} does not exist")
             return str(ws.checkpoint)
-        path = sft_checkpoint_path(self.cfg, teacher=ws.teacher, steps=int(ws.steps), lr=float(ws.lr),
-                                   batch_samples=int(ws.batch_samples))
+        path = sft_checkpoint_path(self.cfg, ws)
         if not (path / "config.json").is_file():
             print(f"warm start: SFT on {ws.teacher} demonstrations for {ws.steps} steps -> {path}", flush=True)
-            run_sft(self.cfg, self.plan, path, teacher=ws.teacher, steps=int(ws.steps), lr=float(ws.lr),
-                    batch_samples=int(ws.batch_samples), warmup_steps=int(ws.warmup_steps))
+            run_sft(self.cfg, self.plan, path, ws)
         return str(path)
 
     def _setup(self) -> int:

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from agentrl.trainers.forward import first_loss_column, next_token_logits
 from agentrl.trainers.grpo_math import group_advantages, policy_loss, token_logprobs
 
 
@@ -81,13 +82,15 @@ class Learner:
         sums = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
         for start in range(0, len(items), self.micro):
             ids, attn, mask, old, adv = self._batch(items[start:start + self.micro])
-            logits = self.model(input_ids=ids, attention_mask=attn).logits[:, :-1]
-            logp = token_logprobs(logits, ids[:, 1:], self.temperature)
+            # Prompt positions before the first model token need no logits.
+            first = first_loss_column(mask)
+            mask, old, targets = mask[:, first:], old[:, first:], ids[:, first + 1:]
+            logp = token_logprobs(next_token_logits(self.model, ids, attn, first), targets, self.temperature)
             ref = None
             if self.reference is not None:
                 with torch.no_grad():
-                    ref_logits = self.reference(input_ids=ids, attention_mask=attn).logits[:, :-1]
-                    ref = token_logprobs(ref_logits, ids[:, 1:], self.temperature)
+                    ref = token_logprobs(next_token_logits(self.reference, ids, attn, first), targets,
+                                         self.temperature)
             out = policy_loss(logp, old, adv, mask, clip_low=self.clip_low, clip_high=self.clip_high,
                               ref_logprobs=ref, kl_coef=self.kl_coef, normalizer=total)
             out.loss.backward()

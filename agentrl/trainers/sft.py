@@ -25,34 +25,48 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from agentrl.trainers.forward import first_loss_column, next_token_logits
+
 log = logging.getLogger(__name__)
 
 
-def sft_checkpoint_path(cfg: DictConfig, *, teacher: str, steps: int, lr: float, batch_samples: int) -> Path:
+# The settings of an SFT run: `trainer` (trainer=sft) and `trainer.warm_start` (GRPO's warm start) both hold them.
+SFT_SETTINGS = ("teacher", "steps", "lr", "batch_samples", "warmup_steps", "augment", "weight_decay")
+
+
+def sft_checkpoint_path(cfg: DictConfig, settings: Any) -> Path:
     """Where the SFT result for these settings lives: reused by every run that asks for the same warm start."""
     env = cfg.env
-    key = "|".join(map(str, (env.bundle, env.get("prompt_style"), env.train_split, cfg.model.path, teacher, steps,
-                             lr, batch_samples, cfg.seed)))
+    key = "|".join(map(str, (env.bundle, env.get("prompt_style"), env.train_split, cfg.model.path, cfg.seed,
+                             *(settings[k] for k in SFT_SETTINGS))))
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return Path(cfg.paths.checkpoint_dir) / "sft" / f"{Path(str(env.bundle)).name}-{teacher}-s{steps}-{digest}"
+    name = f"{Path(str(env.bundle)).name}-{settings['teacher']}-s{settings['steps']}-{digest}"
+    return Path(cfg.paths.checkpoint_dir) / "sft" / name
 
 
-def encode_demonstrations(tokenizer: Any, bundle: Any, split: str, teacher: str,
-                          limit: int | None = None) -> list[tuple[list[int], list[int]]]:
-    """(token ids, assistant mask) per demonstration, cut after the last assistant token."""
+def encode_demonstrations(tokenizer: Any, bundle: Any, split: str, teacher: str, limit: int | None = None,
+                          augment: int = 0, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    """(token ids, assistant mask) per demonstration, cut after the last assistant token.
+
+    With `augment` > 0, each task also contributes that many of the bundle's `demonstration_variant`s
+    (drawn with a generator seeded by `seed` and the task's index, so the data is reproducible).
+    """
     count = bundle.splits()[split] if limit is None else min(limit, bundle.splits()[split])
     out = []
     for i in range(count):
-        messages = bundle.demonstration(split, i, teacher)
+        transcripts = [bundle.demonstration(split, i, teacher)]
+        rng = random.Random(f"{seed}/{split}/{i}")
+        transcripts += [bundle.demonstration_variant(split, i, teacher, rng) for _ in range(augment)]
         tools = getattr(bundle, "tools", None) or bundle.episode(split, i).first_turn().tools
-        enc = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=True,
-                                            return_assistant_tokens_mask=True)
-        ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
-        if not any(mask):
-            raise ValueError(f"demonstration {split}/{i}: the chat template marks no assistant tokens "
-                             "(it needs {% generation %} blocks)")
-        end = max(j for j, m in enumerate(mask) if m) + 1
-        out.append((ids[:end], mask[:end]))
+        for messages in transcripts:
+            enc = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=True,
+                                                return_assistant_tokens_mask=True)
+            ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
+            if not any(mask):
+                raise ValueError(f"demonstration {split}/{i}: the chat template marks no assistant tokens "
+                                 "(it needs {% generation %} blocks)")
+            end = max(j for j, m in enumerate(mask) if m) + 1
+            out.append((ids[:end], mask[:end]))
     return out
 
 
@@ -74,8 +88,10 @@ def sft_loss(model: Any, batch: list[tuple[list[int], list[int]]], pad_id: int) 
         ids[i, :len(seq)] = torch.tensor(seq)
         attn[i, :len(seq)] = 1
         labels[i, :len(seq)] = torch.tensor([t if m else -100 for t, m in zip(seq, mask, strict=True)])
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+    targets = labels[:, 1:]
+    first = first_loss_column(targets != -100)  # the prompt before it needs no logits
+    logits = next_token_logits(model, ids, attn, first).float()
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[:, first:].reshape(-1),
                                              ignore_index=-100)
 
 
@@ -141,17 +157,14 @@ class SFTTrainer:
     def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
         t = cfg.trainer
-        self.output_dir = Path(t.output_dir) if t.get("output_dir") else sft_checkpoint_path(
-            cfg, teacher=t.teacher, steps=int(t.steps), lr=float(t.lr), batch_samples=int(t.batch_samples))
+        self.output_dir = Path(t.output_dir) if t.get("output_dir") else sft_checkpoint_path(cfg, t)
 
     def fit(self) -> dict[str, float]:
         from agentrl.trainers.evaluate import evaluate
         from agentrl.trainers.services import start_services
 
         cfg, t = self.cfg, self.cfg.trainer
-        metrics = run_sft(cfg, self.plan, self.output_dir, teacher=t.teacher, steps=int(t.steps), lr=float(t.lr),
-                          batch_samples=int(t.batch_samples), warmup_steps=int(t.warmup_steps),
-                          eval_every=int(t.eval_every), tracker=self.tracker)
+        metrics = run_sft(cfg, self.plan, self.output_dir, t, eval_every=int(t.eval_every), tracker=self.tracker)
         services = start_services(cfg, self.plan, str(self.output_dir))
         try:
             final, _ = evaluate(services, self.plan.bundle, cfg.env.eval_split, limit=t.eval_limit,
@@ -170,10 +183,10 @@ class SFTTrainer:
         return metrics
 
 
-def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, *, teacher: str, steps: int, lr: float,
-            batch_samples: int, warmup_steps: int, eval_every: int = 0, tracker: Any = None,
+def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval_every: int = 0, tracker: Any = None,
             step_offset: int = 0) -> dict[str, float]:
-    """Make the base model, train it on `teacher` demonstrations, save it to `output_dir`; returns metrics.
+    """Make the base model, train it on the demonstrations `settings` (`SFT_SETTINGS`) name, save it to
+    `output_dir`; returns metrics.
 
     Used by `SFTTrainer` and by GRPO's warm start. With a tracker, `sft/loss` is logged every 10 steps and
     (when `eval_every` > 0) `eval/*` from played episodes every `eval_every` steps.
@@ -189,8 +202,10 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, *, teacher: str, steps
     base_path = base if isinstance(base, str) else str(cfg.model.path)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    teacher, steps = str(settings["teacher"]), int(settings["steps"])
     started = time.monotonic()
-    data = encode_demonstrations(tokenizer, plan.bundle, cfg.env.train_split, teacher)
+    data = encode_demonstrations(tokenizer, plan.bundle, cfg.env.train_split, teacher,
+                                 augment=int(settings["augment"]), seed=int(cfg.seed))
     log.info("SFT on %d %s demonstrations of %s for %d steps", len(data), teacher, plan.bundle.name, steps)
     last = {"loss": float("nan")}
     bar = tqdm(total=steps, desc=f"SFT ({teacher})", unit="step", mininterval=5.0, dynamic_ncols=True)
@@ -214,7 +229,8 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, *, teacher: str, steps
             services.close()
         tracker.log(m, step=step_offset + step)
 
-    train_sft(model, tokenizer, data, steps=steps, lr=lr, batch_samples=batch_samples, warmup_steps=warmup_steps,
+    train_sft(model, tokenizer, data, steps=steps, lr=float(settings["lr"]), batch_samples=int(settings["batch_samples"]),
+              warmup_steps=int(settings["warmup_steps"]), weight_decay=float(settings["weight_decay"]),
               seed=int(cfg.seed), on_step=on_step, on_eval=on_eval, eval_every=eval_every)
     bar.close()
     save_hf_folder(model, tokenizer, output_dir)

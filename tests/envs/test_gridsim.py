@@ -236,3 +236,44 @@ def test_demonstration_messages(bundle, teacher):
     assert msgs[1]["content"] == bundle.episode("train", 11).first_turn().prompt
     with pytest.raises(ValueError, match="teacher"):
         bundle.demonstration("train", 11, "oracle")
+
+
+def test_demonstration_variant_is_the_same_day_with_another_battery_played_optimally() -> None:
+    import random
+
+    from agentrl.envs.gridsim.battery import Battery, greedy, is_feasible, optimum, profit_units
+    from agentrl.envs.gridsim.tasks import cents_of
+
+    bundle = load_bundle("gridsim", prompt_style="compact")
+    record = bundle.row("train", 3)
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(12):
+        for teacher in ("optimal", "greedy"):
+            msgs = bundle.demonstration_variant("train", 3, teacher, random.Random(rng.random()))
+            header, prices = msgs[1]["content"].split(" | ")
+            assert prices == bundle.demonstration("train", 3, teacher)[1]["content"].split(" | ")[1]
+            fields = dict(f.split("=") for f in header.split())
+            battery = Battery(int(fields["P"]), int(fields["D"]), int(fields["eta"]))
+            seen.add(battery.duration_h)
+            schedule = json.loads(msgs[2]["tool_calls"][0]["function"]["arguments"])["schedule"]
+            cents = cents_of(record)
+            best, _ = optimum(cents, battery)
+            assert is_feasible(schedule, battery.duration_h)
+            if teacher == "optimal":
+                assert profit_units(cents, schedule, battery) == best
+            else:
+                assert schedule == greedy(cents, battery)
+    assert seen == {1, 2, 4}
+
+
+def test_compact_style_serves_a_short_tool_schema_for_the_same_arguments() -> None:
+    from agentrl.envs.gridsim import SUBMIT_SCHEDULE_TOOL
+
+    full = load_bundle("gridsim", prompt_style="full").episode("eval", 0).first_turn().tools
+    compact = load_bundle("gridsim", prompt_style="compact").episode("eval", 0).first_turn().tools
+    assert full == [SUBMIT_SCHEDULE_TOOL]
+    (tool,) = compact
+    assert tool["function"]["name"] == "submit_schedule"
+    assert tool["function"]["parameters"]["required"] == ["schedule"]
+    assert len(json.dumps(tool)) < len(json.dumps(SUBMIT_SCHEDULE_TOOL)) / 2

@@ -152,10 +152,10 @@ def stand_in_sglang() -> Iterator[Callable[..., StandInSGLang]]:
 @pytest.fixture(scope="session")
 def tiny_model_path() -> str:
     """The tiny Qwen3-architecture model (made locally once, then reused from a cache folder)."""
-    from agentrl.models.tiny import ensure_tiny_model
+    from agentrl.models.tiny import BUILDER_VERSION, ensure_tiny_model
 
     root = Path(os.environ.get("AGENTRL_TEST_MODELS", Path.home() / ".cache" / "agentrl-test-models"))
-    return ensure_tiny_model(str(root / "tiny-s0-h128-l4-v2048"))
+    return ensure_tiny_model(str(root / f"tiny-b{BUILDER_VERSION}-s0-h128-l4-v2048"))
 
 
 def tool_call(name: str, arguments: dict, call_id: str) -> dict:

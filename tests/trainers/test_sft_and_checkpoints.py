@@ -71,3 +71,13 @@ def test_full_disk_keeps_the_last_good_checkpoint(tiny, tmp_path: Path) -> None:
     for step in (2, 3):
         ckpt.save(tmp_path, step, model=model, tokenizer=tok, state={"run_id": "r1"}, keep=2)
     assert [s for s, _ in ckpt.checkpoints(tmp_path)] == [2, 3]
+
+
+def test_augmented_demonstrations_add_other_batteries_for_the_same_days(tiny) -> None:
+    _, tok = tiny
+    bundle = load_bundle("gridsim", prompt_style="compact")
+    plain = encode_demonstrations(tok, bundle, "train", "optimal", limit=3)
+    data = encode_demonstrations(tok, bundle, "train", "optimal", limit=3, augment=2, seed=5)
+    assert len(data) == 9 and data[::3] == plain  # each task: its own demonstration, then 2 variants
+    assert data == encode_demonstrations(tok, bundle, "train", "optimal", limit=3, augment=2, seed=5)
+    assert data != encode_demonstrations(tok, bundle, "train", "optimal", limit=3, augment=2, seed=6)

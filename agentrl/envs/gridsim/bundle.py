@@ -8,8 +8,10 @@ from typing import Any
 from agentrl.envs.bundles import FolderBundle
 from agentrl.envs.task import TaskInfo
 
+from .battery import UNITS_PER_USD, Battery, greedy, optimum
 from .episode import GridSimEpisode, parse_day
-from .prompts import PROMPT_STYLES, SUBMIT_SCHEDULE_TOOL, TOOL_NAME, system_prompt, user_prompt
+from .prompts import PROMPT_STYLES, TOOL_NAME, system_prompt, tool_schema, user_prompt
+from .tasks import DURATIONS, EFFICIENCIES, POWERS, cents_of
 
 TEACHERS = ("optimal", "greedy")
 # Public facts a TaskInfo may carry; everything else in a record (optimum, greedy) stays hidden.
@@ -53,17 +55,37 @@ class GridSimBundle(FolderBundle):
     def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
         """The task played by `teacher` (`optimal` or `greedy`) as OpenAI-style chat messages:
         system, user, assistant calling submit_schedule once, and the tool's answer."""
+        return self._played(self.row(split, index), split, index, teacher)
+
+    def demonstration_variant(self, split: str, index: int, teacher: str, rng: Any) -> list[dict[str, Any]]:
+        """The same day's prices with another battery (power, duration and efficiency drawn uniformly from the
+        generator's choices), played by `teacher`. A small model can memorize 2,000 days' answers; the same
+        prices with other durations and efficiencies make it learn how the battery changes the schedule."""
+        record = dict(self.row(split, index))
+        cents = cents_of(record)
+        for _ in range(8):  # the generator's own rule: a day is kept only if it is worth >= $1/MW
+            battery = Battery(rng.choice(POWERS), rng.choice(DURATIONS), rng.choice(EFFICIENCIES))
+            best, schedule = optimum(cents, battery)
+            if best >= UNITS_PER_USD * battery.power_mw:
+                break
+        else:
+            return self.demonstration(split, index, teacher)
+        record.update(battery=battery.to_json(), optimal_profit=best / UNITS_PER_USD, optimal_schedule=schedule,
+                      greedy_schedule=greedy(cents, battery))
+        return self._played(record, split, index, teacher)
+
+    def _played(self, record: dict[str, Any], split: str, index: int, teacher: str) -> list[dict[str, Any]]:
         if teacher not in TEACHERS:
             raise ValueError(f"gridsim teacher must be one of {TEACHERS}, not {teacher!r}")
-        record = self.row(split, index)
         schedule = record["optimal_schedule" if teacher == "optimal" else "greedy_schedule"]
         arguments = json.dumps({"schedule": schedule})
-        episode = self.episode(split, index)
+        prompt = user_prompt(record, self.prompt_style)
+        episode = GridSimEpisode(record, self.task_info(split, index), self.prompt_style, parse_day(record), prompt)
         result = episode.call_tool(TOOL_NAME, {"schedule": schedule})
         call_id = f"call_{split}_{index}"
         return [
             {"role": "system", "content": system_prompt(self.prompt_style)},
-            {"role": "user", "content": user_prompt(record, self.prompt_style)},
+            {"role": "user", "content": prompt},
             {"role": "assistant", "content": "", "tool_calls": [
                 {"id": call_id, "type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}]},
             {"role": "tool", "tool_call_id": call_id, "name": TOOL_NAME, "content": result.text},
@@ -71,4 +93,4 @@ class GridSimBundle(FolderBundle):
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        return [SUBMIT_SCHEDULE_TOOL]
+        return [tool_schema(self.prompt_style)]

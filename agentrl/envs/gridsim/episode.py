@@ -8,7 +8,7 @@ from typing import Any
 from agentrl.envs.task import Episode, TaskInfo, ToolResult, Turn
 
 from .battery import HOURS, UNITS_PER_USD, Battery, profit_units, score, storage_trace
-from .prompts import SUBMIT_SCHEDULE_TOOL, TOOL_NAME, system_prompt, user_prompt
+from .prompts import TOOL_NAME, system_prompt, tool_schema, user_prompt
 
 MAX_SUBMISSIONS = 4
 MAX_PROBLEM_LINES = 8
@@ -92,7 +92,7 @@ class GridSimEpisode(Episode):
         if self._prompt is None:
             self._prompt = user_prompt(self._record, self._style)
         return Turn(prompt=self._prompt, system_prompt=system_prompt(self._style),
-                    tools=[SUBMIT_SCHEDULE_TOOL])
+                    tools=[tool_schema(self._style)])
 
     @property
     def done(self) -> bool:

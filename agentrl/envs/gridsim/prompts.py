@@ -49,6 +49,27 @@ SUBMIT_SCHEDULE_TOOL: dict[str, Any] = {
 }
 
 
+# The compact style's tool: the same name and argument schema, without the prose the compact system prompt
+# already carries (the full tool text is ~170 of a compact transcript's ~250 tokens for the tiny model).
+SUBMIT_SCHEDULE_TOOL_COMPACT: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "Submit 24 values, one per hour.",
+        "parameters": {
+            "type": "object",
+            "properties": {"schedule": {"type": "array", "items": {"type": "integer", "enum": [-1, 0, 1]}}},
+            "required": ["schedule"],
+        },
+    },
+}
+
+
+def tool_schema(style: str) -> dict[str, Any]:
+    """submit_schedule's schema as the agent sees it in `style`."""
+    return SUBMIT_SCHEDULE_TOOL_COMPACT if style == "compact" else SUBMIT_SCHEDULE_TOOL
+
+
 def system_prompt(style: str) -> str:
     return SYSTEM_COMPACT if style == "compact" else SYSTEM_FULL
 
