@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from agentrl.envs.client import EnvResetError, EpisodeClient
+from agentrl.http import async_client
 
 _SPLITS = re.compile(r"the splits are (.+)$")
 _COUNT = re.compile(r"has (\d+) tasks")
@@ -49,7 +50,7 @@ async def discover_splits(url: str, *, token_var: str | None = None, reset_timeo
     if token_var and os.environ.get(token_var):
         headers["Authorization"] = f"Bearer {os.environ[token_var]}"
     try:
-        async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
+        async with async_client(timeout=30) as http:
             meta = (await http.get(f"{url.rstrip('/')}/metadata", headers=headers)).json()
         listed = meta.get("splits") if isinstance(meta, dict) else None
         if isinstance(listed, dict) and all(isinstance(v, int) for v in listed.values()):

@@ -18,8 +18,6 @@ from dataclasses import asdict
 from fractions import Fraction
 from typing import Any
 
-import httpx
-
 from agentrl.agents.base import (
     PlaySettings,
     RewardFn,
@@ -34,6 +32,7 @@ from agentrl.agents.base import (
 from agentrl.agents.chat import new_stats, role_turn
 from agentrl.config.agent import AdversarialAgentConfig
 from agentrl.envs.arith.verify import extract_answer, to_number, verify_answer
+from agentrl.http import async_client
 
 ROLES = ("proposer", "solver")
 # The parsing contract of this pattern, appended to the proposer's configured prompt.
@@ -121,7 +120,7 @@ class AdversarialAgent:
         p_url = await sessions.open(proposer.name)
         p_stats = new_stats()
         prompt = "\n\n".join(p for p in (proposer.prompt, PROPOSER_FORMAT) if p)
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with async_client() as client:
             reply = await role_turn(client, p_url, [{"role": "system", "content": prompt},
                                                     {"role": "user", "content": task}], p_stats, **turn_kw)
             try:

@@ -11,6 +11,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from agentrl.http import async_client
+
 RewardFn = Callable[[dict[str, float]], float]
 
 
@@ -62,7 +64,7 @@ class HttpSessionPool:
 
     async def open(self, role: str) -> str:
         server = self.server(role)
-        client = self._client or httpx.AsyncClient(trust_env=False)
+        client = self._client or async_client()
         try:
             response = await client.post(f"{server}/sessions", timeout=self.timeout)
             response.raise_for_status()

@@ -15,8 +15,6 @@ import re
 from dataclasses import asdict
 from typing import Any
 
-import httpx
-
 from agentrl.agents.base import (
     PlaySettings,
     RewardFn,
@@ -33,6 +31,7 @@ from agentrl.agents.base import (
 from agentrl.agents.chat import new_stats, role_turn
 from agentrl.agents.tool_calling import run
 from agentrl.config.agent import CoEvolutionAgentConfig
+from agentrl.http import async_client
 
 ROLES = ("solver", "rewriter", "selector")
 _JUDGMENT = re.compile(r"Judgment:\s*(\d+)", re.I)
@@ -102,7 +101,7 @@ class CoEvolutionAgent:
         messages = [{"role": "system", "content": with_role(system, selector)},
                     {"role": "user", "content": f"{task}\n\n{block}"}]
         stats = new_stats()
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with async_client() as client:
             reply = await role_turn(client, base_url, messages, stats, request_kwargs=request_kwargs,
                                     max_response_tokens=self.settings.max_response_tokens,
                                     max_context_tokens=self.settings.max_context_tokens,

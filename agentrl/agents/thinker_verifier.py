@@ -14,8 +14,6 @@ import re
 from dataclasses import asdict
 from typing import Any
 
-import httpx
-
 from agentrl.agents.base import (
     PlaySettings,
     RewardFn,
@@ -30,6 +28,7 @@ from agentrl.agents.base import (
 from agentrl.agents.chat import new_stats, role_turn
 from agentrl.agents.tool_calling import submit
 from agentrl.config.agent import ThinkerVerifierAgentConfig
+from agentrl.http import async_client
 
 ROLES = ("thinker", "verifier")
 _FINAL = re.compile(r"<final_answer>(.*?)</final_answer>", re.S | re.I)
@@ -69,7 +68,7 @@ class ThinkerVerifierAgent:
         stats = {thinker.name: new_stats(), verifier.name: new_stats()}
         s = self.settings
         turns, accepted, proposal, answer = 0, False, "", None
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with async_client() as client:
 
             async def turn(role: str) -> str | None:
                 reply = await role_turn(client, urls[role], convo[role], stats[role], request_kwargs=request_kwargs,

@@ -26,6 +26,7 @@ from agentrl.envs.client import (
     EnvTimeoutError,
     EpisodeClient,
 )
+from agentrl.http import async_client
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,7 @@ async def run(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metada
     client = kw.get("http_client")
     own_client = client is None
     if own_client:
-        client = httpx.AsyncClient(trust_env=False)
+        client = async_client()
     try:
         url = metadata.get("url")
         if not url:

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentrl.http import async_client
 from agentrl.inference.engine import Completion
 
 log = logging.getLogger(__name__)
@@ -165,12 +166,11 @@ class SGLangEngine:
                 time.sleep(1.0)
 
     def _client(self) -> Any:
-        import httpx
 
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            client = httpx.AsyncClient(timeout=self.request_timeout, trust_env=False)
+            client = async_client(timeout=self.request_timeout)
             self._clients[loop] = client
         return client
 

@@ -14,9 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from agentrl.agents.base import HttpSessionPool, RolloutOutput
+from agentrl.http import async_client
 from agentrl.inference.samples import Sample, assemble_sample
 
 
@@ -123,7 +122,7 @@ class RolloutRunner:
             return Played(sample, float(out.reward), (*key, out.group), out.role, row, failure, 0, True, dict(meta),
                           policy)
         # Read the session back over HTTP (GET /sessions/{id}), as Miles does, then free it.
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with async_client() as client:
             response = await client.get(out.base_url, timeout=60)
             response.raise_for_status()
             body = response.json()
