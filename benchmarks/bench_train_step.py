@@ -26,19 +26,7 @@ sys.path.insert(0, str(REPO))
 from agentrl.envs.bundles import load_bundle  # noqa: E402
 from agentrl.models.tiny import ensure_tiny_model  # noqa: E402
 from agentrl.trainers.forward import first_loss_column, next_token_logits  # noqa: E402
-from agentrl.trainers.sft import encode_demonstrations  # noqa: E402
-
-
-def batch_tensors(batch: list[tuple[list[int], list[int]]], pad: int) -> tuple[torch.Tensor, ...]:
-    width = max(len(ids) for ids, _ in batch)
-    ids = torch.full((len(batch), width), pad, dtype=torch.long)
-    labels = torch.full((len(batch), width), -100, dtype=torch.long)
-    attn = torch.zeros((len(batch), width), dtype=torch.long)
-    for i, (seq, mask) in enumerate(batch):
-        ids[i, :len(seq)] = torch.tensor(seq)
-        attn[i, :len(seq)] = 1
-        labels[i, :len(seq)] = torch.tensor([t if m else -100 for t, m in zip(seq, mask, strict=True)])
-    return ids, attn, labels[:, 1:]
+from agentrl.trainers.sft import encode_demonstrations, sft_batch  # noqa: E402
 
 
 def loss_with(mode: str, model, ids, attn, targets) -> torch.Tensor:
@@ -66,7 +54,7 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     data = encode_demonstrations(tok, load_bundle("gridsim", prompt_style=args.style), "train", "optimal",
                                  limit=args.batch * args.repeats)
-    batches = [batch_tensors(data[i:i + args.batch], tok.pad_token_id)
+    batches = [sft_batch(data[i:i + args.batch], tok.pad_token_id)
                for i in range(0, len(data), args.batch)]
     tokens = statistics.mean(len(ids) for ids, _ in data)
     trained = statistics.mean(sum(m) for _, m in data)

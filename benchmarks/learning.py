@@ -69,10 +69,11 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=1500)
     ap.add_argument("--augment", type=int, default=None, help="SFT variants per train day (default: the recipe's)")
     ap.add_argument("--sft-weight-decay", type=float, default=None, help="SFT weight decay (default: the recipe's)")
-    ap.add_argument("--grpo-steps", type=int, default=60)
+    ap.add_argument("--grpo-steps", type=int, default=300)
     ap.add_argument("--grpo-lr", type=float, default=None, help="GRPO learning rate (default: the recipe's)")
     ap.add_argument("--eval-limit", type=int, default=None, help="eval days (default: all 200)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tag", default="", help="suffix for part 2's run folders (several GRPO runs in one home)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--home", default=None, help="output root (default: a temporary folder)")
     ap.add_argument("--part", choices=("1", "2", "all"), default="all",
@@ -131,7 +132,7 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
                     *sft_overrides(args, "trainer.warm_start"),
                     "trainer.eval_every=0", "trainer.checkpoint_every=0", *common,
                     *([f"trainer.lr={args.grpo_lr}"] if args.grpo_lr else [])])
-    plan2 = plan_for(cfg2, home / "run-grpo")
+    plan2 = plan_for(cfg2, home / f"run-grpo{args.tag}")
     from agentrl.trainers.grpo import GRPOTrainer
 
     tracker = NullTracker()
@@ -141,7 +142,7 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
     grpo_s = time.monotonic() - t0
     start_path = trainer._warm_start()  # the SFT(greedy) folder, already made
     m_start, r_start = eval_both(cfg2, plan2, start_path, limit, 1.1)
-    final_path = home / "grpo-final"
+    final_path = home / f"grpo-final{args.tag}"
     trainer.learner.model.save_pretrained(final_path)
     trainer.tokenizer.save_pretrained(final_path)
     m_end, r_end = eval_both(cfg2, plan2, str(final_path), limit, 1.1)

@@ -78,8 +78,8 @@ def lr_factor(step: int, steps: int, warmup: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def sft_loss(model: Any, batch: list[tuple[list[int], list[int]]], pad_id: int) -> torch.Tensor:
-    """Mean next-token cross-entropy over assistant tokens of a right-padded batch."""
+def sft_batch(batch: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (ids, attention mask, targets): targets[:, t] is token t + 1, or -100 off the assistant."""
     width = max(len(ids) for ids, _ in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     labels = torch.full((len(batch), width), -100, dtype=torch.long)
@@ -88,7 +88,12 @@ def sft_loss(model: Any, batch: list[tuple[list[int], list[int]]], pad_id: int) 
         ids[i, :len(seq)] = torch.tensor(seq)
         attn[i, :len(seq)] = 1
         labels[i, :len(seq)] = torch.tensor([t if m else -100 for t, m in zip(seq, mask, strict=True)])
-    targets = labels[:, 1:]
+    return ids, attn, labels[:, 1:]
+
+
+def sft_loss(model: Any, batch: list[tuple[list[int], list[int]]], pad_id: int) -> torch.Tensor:
+    """Mean next-token cross-entropy over assistant tokens of a right-padded batch."""
+    ids, attn, targets = sft_batch(batch, pad_id)
     first = first_loss_column(targets != -100)  # the prompt before it needs no logits
     logits = next_token_logits(model, ids, attn, first).float()
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[:, first:].reshape(-1),
