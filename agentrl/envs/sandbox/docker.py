@@ -8,20 +8,22 @@ itself (no polling), and a tool call is one round trip on an already-open socket
 Containers carry labels so a later instance removes what a hard-killed one left behind, and only that:
 `agentrl.sandbox=1`, `agentrl.instance`, `agentrl.pid`, `agentrl.pid_start` (to spot a reused pid) and
 `agentrl.host`. Blocking Docker SDK calls run on the sandbox's own thread pool, never on the event loop.
+
+This module holds the container lifecycle: mounts, start and hello, deploy, teardown, leftover cleanup. The
+episode handle is in `docker_episode.py`, the warm pool in `docker_pool.py`, and the labels, the channel and the
+blocking Docker calls in `docker_support.py`; `from agentrl.envs.sandbox.docker import ...` still finds them all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import itertools
 import json
 import logging
 import os
 import re
 import shutil
-import socket
 import tempfile
 import time
 import uuid
@@ -31,22 +33,28 @@ from typing import Any
 
 from agentrl.envs.sandbox.base import EpisodeHandle, Sandbox, SandboxError
 from agentrl.envs.sandbox.container_agent import DEFAULT_LOADER
+from agentrl.envs.sandbox.docker_episode import DockerEpisodeHandle
+from agentrl.envs.sandbox.docker_pool import WarmPool
+
+# LABEL, owner_alive and proc_start are re-exported: they were importable from here before the split.
 from agentrl.envs.sandbox.docker_support import (
+    LABEL,  # noqa: F401
     Channel,
     Lost,
     RemoteError,
     container_state,
     death_reason,
-    owner_alive,
-    proc_start,
+    owner_alive,  # noqa: F401
+    owner_labels,
+    proc_start,  # noqa: F401
     remove_container,
+    remove_instance,
+    remove_orphans,
 )
 from agentrl.envs.sandbox.image import DEFAULT_IMAGE
-from agentrl.envs.task import ToolResult, Turn
 
 log = logging.getLogger(__name__)
 
-LABEL = "agentrl.sandbox"
 HOST_ROOT = "/mnt/host"  # host paths appear under this prefix in the container
 SOCKET_DIR = "/run/agentrl"
 _LINE_LIMIT = 64 << 20  # longest JSON line (a tool result) the host reads
@@ -60,69 +68,6 @@ class _Box:
     name: str
     channel: Channel
     started: float = field(default_factory=time.monotonic)
-
-
-class DockerEpisodeHandle(EpisodeHandle):
-    """One episode in one container. A dead container makes every call raise SandboxError."""
-
-    def __init__(self, sandbox: DockerSandbox, box: _Box, task_id: str) -> None:
-        self._sandbox, self._box, self.task_id = sandbox, box, task_id
-        self.container_name = box.name
-        self._closed = False
-        self._dead: str | None = None
-
-    async def _call(self, op: str, **kwargs: Any) -> Any:
-        if self._closed:
-            raise SandboxError(f"episode {self.task_id!r} was closed")
-        if self._sandbox._closing:
-            raise SandboxError("the docker sandbox shut down")
-        if self._dead:
-            raise SandboxError(self._dead)
-        try:
-            return await self._box.channel.request(op, **kwargs)
-        except asyncio.CancelledError:  # e.g. the server's tool timeout: this container cannot be trusted now
-            if not self._closed and self._box.channel.lost:
-                self._dead = f"the episode's container died: {self._box.channel.lost} (killed)"
-                self._sandbox._remove_later(self._box)
-            raise
-        except Lost as exc:
-            if self._closed:
-                raise SandboxError(f"episode {self.task_id!r} was closed") from None
-            try:
-                reason = (f"{exc} (killed)" if exc.still_running
-                          else await self._sandbox._death_reason(self._box.name, str(exc)))
-            except Exception:  # the sandbox is shutting down under us
-                reason = str(exc)
-            self._dead = f"the episode's container died: {reason}"
-            self._sandbox._remove_later(self._box)
-            raise SandboxError(self._dead) from None
-        except RemoteError as exc:
-            raise SandboxError(f"episode {self.task_id!r} raised in its container: {exc}") from None
-
-    async def first_turn(self) -> Turn:
-        return Turn(**await self._call("first_turn"))
-
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        return ToolResult(**await self._call("call_tool", name=name, arguments=arguments))
-
-    async def end_turn(self, response: str) -> Turn | None:
-        turn = await self._call("end_turn", response=response)
-        return None if turn is None else Turn(**turn)
-
-    async def done(self) -> bool:
-        return bool(await self._call("done"))
-
-    async def scores(self) -> dict[str, float]:
-        return dict(await self._call("scores"))
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            await self._sandbox._remove(self._box)
-        except Exception:  # close never raises; shutdown's sweep by label catches anything left
-            log.exception("removing container %s failed", self._box.name)
 
 
 class DockerSandbox(Sandbox):
@@ -156,8 +101,7 @@ class DockerSandbox(Sandbox):
         self._server: asyncio.AbstractServer | None = None
         self._pending: dict[str, asyncio.Future] = {}
         self._boxes: dict[str, _Box] = {}  # every connected container not yet removed
-        self._pool: collections.deque[_Box] = collections.deque()
-        self._warming = 0
+        self._warm = WarmPool(self, warm_pool)
         self._tasks: set[asyncio.Task] = set()
         self._seq = itertools.count()
         self._started = self._closing = False
@@ -242,25 +186,14 @@ class DockerSandbox(Sandbox):
         self._started = True
         atexit.register(self._atexit)
         if self.warm_pool:
-            self._refill()
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-            if not self._pool:
+            await self._warm.fill()
+            if not self.warm_ready():
                 await self.shutdown()
                 raise SandboxError(f"none of the {self.warm_pool} warm containers started; see the log")
 
     def remove_leftovers(self) -> int:
         """Remove containers whose owning server is gone (blocking); returns how many were removed."""
-        removed = 0
-        for c in self._api.containers(all=True, filters={"label": f"{LABEL}=1"}):
-            labels = c.get("Labels") or {}
-            if labels.get("agentrl.instance") == self.instance_id or owner_alive(labels):
-                continue
-            try:
-                self._api.remove_container(c["Id"], force=True)
-                removed += 1
-            except Exception as exc:  # already gone, or being removed by someone else
-                log.debug("could not remove leftover %s: %s", c["Id"][:12], exc)
-        return removed
+        return remove_orphans(self._api, self.instance_id)
 
     async def shutdown(self) -> None:
         """Remove every container of this instance (live episodes included), then release the thread pool."""
@@ -281,11 +214,7 @@ class DockerSandbox(Sandbox):
         self._api.close()
 
     def _sweep(self) -> None:
-        for c in self._api.containers(all=True, filters={"label": f"agentrl.instance={self.instance_id}"}):
-            try:
-                self._api.remove_container(c["Id"], force=True)
-            except Exception as exc:
-                log.debug("sweep could not remove %s: %s", c["Id"][:12], exc)
+        remove_instance(self._api, self.instance_id)
 
     def _atexit(self) -> None:
         try:  # the server stops without shutdown(): still take our containers with us
@@ -295,7 +224,7 @@ class DockerSandbox(Sandbox):
 
     def warm_ready(self) -> int:
         """How many warm containers wait for a task now."""
-        return len(self._pool)
+        return len(self._warm)
 
     def live_containers(self) -> list[str]:
         """Names of this instance's containers the sandbox holds (warm or playing)."""
@@ -307,21 +236,9 @@ class DockerSandbox(Sandbox):
         """Start an episode of task `index` of `split` (on a warm container when one is ready)."""
         if not self._started or self._closing:
             raise SandboxError("the docker sandbox is not running (call start() first)")
-        while self._pool:
-            box = self._pool.popleft()
-            self._refill()
-            try:
-                task_id = await box.channel.request("episode", split=split, index=index)
-            except Lost:
-                self._remove_later(box)  # died while waiting; try the next one
-                continue
-            except RemoteError as exc:
-                self._pool.appendleft(box)  # no episode was made: the container is still fresh
-                raise SandboxError(f"deploying {split}[{index}] failed: {exc}") from None
-            except BaseException:  # cancelled mid-assignment: the channel is no longer trustworthy
-                self._remove_later(box)
-                raise
-            return DockerEpisodeHandle(self, box, task_id["task_id"])
+        warm = await self._warm.assign(split, index)
+        if warm is not None:
+            return DockerEpisodeHandle(self, *warm)
         box = await self._launch()
         try:
             task_id = await box.channel.request("episode", split=split, index=index)
@@ -333,34 +250,13 @@ class DockerSandbox(Sandbox):
             raise
         return DockerEpisodeHandle(self, box, task_id["task_id"])
 
-    def _refill(self) -> None:
-        while not self._closing and len(self._pool) + self._warming < self.warm_pool:
-            self._warming += 1
-            task = asyncio.get_running_loop().create_task(self._warm_one())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _warm_one(self) -> None:
-        try:
-            box = await self._launch(warm=True)
-            if self._closing:
-                await self._remove(box)
-            else:
-                self._pool.append(box)
-        except Exception as exc:  # the next deploy starts a cold container and tries to refill again
-            log.warning("starting a warm container failed: %s", exc)
-        finally:
-            self._warming -= 1
-
     def _create(self, name: str, warm: bool) -> str:
         api = self._api
         host_config = api.create_host_config(
             binds={h: {"bind": c, "mode": "ro"} for h, c in self._mounts.items()},
             network_mode=self.network, mem_limit=self.memory, nano_cpus=int(self.cpus * 1e9), pids_limit=256,
             read_only=True, tmpfs={"/tmp": "size=64m"}, cap_drop=["ALL"], security_opt=["no-new-privileges"])
-        labels = {LABEL: "1", "agentrl.instance": self.instance_id, "agentrl.pid": str(os.getpid()),
-                  "agentrl.pid_start": proc_start(os.getpid()) or "", "agentrl.host": socket.gethostname(),
-                  "agentrl.bundle": str(self.bundle_spec["bundle"]).rsplit("/", 1)[-1]}
+        labels = owner_labels(self.instance_id, str(self.bundle_spec["bundle"]).rsplit("/", 1)[-1])
         env = {"AGENTRL_TOKEN": name, "AGENTRL_SOCKET": f"{SOCKET_DIR}/host.sock", "HOME": "/tmp",
                "AGENTRL_BUNDLE_SPEC": json.dumps(self.bundle_spec), "AGENTRL_BUNDLE_LOADER": self.loader,
                "PYTHONPATH": HOST_ROOT + str(_PACKAGE.parent), "PYTHONDONTWRITEBYTECODE": "1",

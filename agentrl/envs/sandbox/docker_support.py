@@ -1,4 +1,5 @@
-"""Host-side plumbing of the Docker sandbox: who owns a container (labels), and the JSON-lines channel.
+"""Host-side plumbing of the Docker sandbox: who owns a container (labels), the JSON-lines channel, and the
+blocking Docker API calls the sandbox runs on its thread pool.
 
 The wire itself (one JSON object per line, `{"op": ...}` in, `{"ok": ..., "result"|"error": ...}` out) is described
 in `container_agent.py`, the other end.
@@ -8,9 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import socket
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+LABEL = "agentrl.sandbox"
 
 
 def proc_start(pid: int) -> str | None:
@@ -35,6 +42,14 @@ def owner_alive(labels: dict[str, str], hostname: str | None = None) -> bool:
     if start is None:
         return False
     return labels.get("agentrl.pid_start") in (None, start)
+
+
+def owner_labels(instance_id: str, bundle: str) -> dict[str, str]:
+    """The labels that tie a new container to this process and sandbox instance (read by `owner_alive`)."""
+    pid = os.getpid()
+    return {LABEL: "1", "agentrl.instance": instance_id, "agentrl.pid": str(pid),
+            "agentrl.pid_start": proc_start(pid) or "", "agentrl.host": socket.gethostname(),
+            "agentrl.bundle": bundle}
 
 
 class Lost(Exception):
@@ -139,3 +154,27 @@ def remove_container(api: Any, name: str) -> None:
     except docker.errors.APIError as exc:
         if "already in progress" not in str(exc):
             raise
+
+
+def remove_orphans(api: Any, instance_id: str) -> int:
+    """Remove sandbox containers whose owning server is gone, sparing `instance_id`'s; returns how many."""
+    removed = 0
+    for c in api.containers(all=True, filters={"label": f"{LABEL}=1"}):
+        labels = c.get("Labels") or {}
+        if labels.get("agentrl.instance") == instance_id or owner_alive(labels):
+            continue
+        try:
+            api.remove_container(c["Id"], force=True)
+            removed += 1
+        except Exception as exc:  # already gone, or being removed by someone else
+            log.debug("could not remove leftover %s: %s", c["Id"][:12], exc)
+    return removed
+
+
+def remove_instance(api: Any, instance_id: str) -> None:
+    """Remove every container labelled with `instance_id`, whatever state it is in."""
+    for c in api.containers(all=True, filters={"label": f"agentrl.instance={instance_id}"}):
+        try:
+            api.remove_container(c["Id"], force=True)
+        except Exception as exc:
+            log.debug("sweep could not remove %s: %s", c["Id"][:12], exc)
