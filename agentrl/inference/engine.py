@@ -9,15 +9,15 @@ left-padded to the batch's length), so a session whose turn finishes early start
 without waiting for the slowest sequence. Finished sequences leave the batch at once; columns that
 only hold padding for every remaining row are trimmed.
 
-Log-probabilities. `Completion.logprobs[i]` is `log_softmax(logits / T)[token_i]`, computed in float32
-from the logits of the forward pass that sampled the token, where T is the request's temperature
-(T = 1 when temperature is 0, i.e. greedy). It is the untruncated temperature-scaled distribution:
-top-k / top-p restrict which tokens may be sampled but do not renormalise the reported logprob, so it
-is exactly the log pi_theta(token) at temperature T that a GRPO trainer recomputes for its ratio.
+Log-probabilities. `Completion.logprobs[i]` is the untruncated `log_softmax(logits / T)[token_i]` of
+the pass that sampled the token (T = 1 when greedy); see `agentrl.inference.completion`.
 
 Weights. `update_weights` stops admitting new requests, lets the running batch finish on the old
 weights, copies the new ones in place, bumps `weight_version`, then admits the queue. Every
 `Completion` is produced under one weight version, reported in `Completion.weight_version`.
+
+Scheduling lives here; the left-padded batch and sampling are in `agentrl.inference.batch`, and
+`Completion` / `EngineStats` (re-exported here) in `agentrl.inference.completion`.
 """
 
 from __future__ import annotations
@@ -30,59 +30,20 @@ import queue
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from agentrl.inference.batch import DecodeBatch, prefill_inputs, sample_tokens
+from agentrl.inference.completion import Completion, EngineStats, Request, resolve
 from agentrl.inference.weights import load_state_dict, validate_state_dict
+
+__all__ = ["Completion", "EmbeddedEngine", "EngineStats"]
 
 log = logging.getLogger(__name__)
 
 _WAKE = object()  # queue sentinel: wakes an idle worker (a weight update or close is pending)
-
-
-@dataclass
-class Completion:
-    """What one `generate` call returns. `token_ids` includes the stop token when there is one."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str  # "stop" (a stop token was sampled) | "length" (max_tokens or the context ran out)
-    weight_version: int = 0
-    prompt_tokens: int = 0
-
-
-@dataclass
-class EngineStats:
-    """Counters that show how much work was shared between requests."""
-
-    requests: int = 0  # completions returned
-    tokens_generated: int = 0
-    prefill_passes: int = 0  # forward passes over new prompts (one per admitted group)
-    decode_steps: int = 0  # forward passes that decode one token for every running sequence
-    busy_periods: int = 0  # times the engine went from idle to busy
-    max_batch_size: int = 0  # most sequences decoded in one pass
-
-    @property
-    def forward_passes(self) -> int:
-        return self.prefill_passes + self.decode_steps
-
-
-@dataclass
-class _Request:
-    prompt_ids: list[int]
-    max_tokens: int
-    temperature: float
-    top_p: float
-    top_k: int
-    stop_ids: frozenset[int]
-    generator: torch.Generator | None
-    future: concurrent.futures.Future
-    out_ids: list[int] = field(default_factory=list)
-    out_logprobs: list[float] = field(default_factory=list)
-    cancelled: bool = False
 
 
 class EmbeddedEngine:
@@ -139,16 +100,9 @@ class EmbeddedEngine:
         self._closed = False
         self._rng = torch.Generator(device="cpu")
         self._rng.seed()
-        # State of the running batch, owned by the worker thread.
-        self._active: list[_Request] = []
-        self._cache: Any = None
-        self._mask: torch.Tensor | None = None  # [B, L] 1 where the cache holds a real token
-        self._next_pos: torch.Tensor | None = None  # [B] position id of the next token fed
-        self._last_tok: torch.Tensor | None = None  # [B] sampled, not yet in the cache
+        self._batch = DecodeBatch()  # owned by the worker thread
         self._thread = threading.Thread(target=self._worker, name="agentrl-engine", daemon=True)
         self._thread.start()
-
-    # ------------------------------------------------------------------ public API
 
     def _find_stop_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -164,6 +118,8 @@ class EmbeddedEngine:
         if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
             ids.add(im_end)
         return ids
+
+    # ------------------------------------------------------------------ public API
 
     def submit(
         self,
@@ -199,7 +155,7 @@ class EmbeddedEngine:
             gen = torch.Generator(device="cpu")
             gen.manual_seed(int(seed))
         fut: concurrent.futures.Future = concurrent.futures.Future()
-        req = _Request(
+        req = Request(
             prompt_ids=prompt,
             max_tokens=min(int(max_tokens), self.max_context - len(prompt)),
             temperature=float(temperature),
@@ -294,7 +250,7 @@ class EmbeddedEngine:
                         break
                     if new:
                         self._prefill(new)
-                    if self._active:
+                    if self._batch:
                         self._decode_step()
         except BaseException as exc:  # a model failure must not leave callers waiting forever
             log.exception("engine worker crashed")
@@ -309,23 +265,23 @@ class EmbeddedEngine:
         for _, fut in pending:
             if not fut.done():
                 fut.set_exception(exc)
-        for req in self._active:
-            _resolve(req.future, exc=exc)
-        self._active = []
+        for req in self._batch.reqs:
+            resolve(req.future, exc=exc)
+        self._batch.clear()
         while True:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(item, _Request):
-                _resolve(item.future, exc=exc)
+            if isinstance(item, Request):
+                resolve(item.future, exc=exc)
 
-    def _admit(self) -> list[_Request] | None:
+    def _admit(self) -> list[Request] | None:
         """New requests to prefill now; None when the engine is closed and idle."""
-        if self._active:
+        if self._batch:
             if self._pending_weights or self._closed:
                 return []  # drain the running batch before swapping weights or stopping
-            return self._drain(self.max_batch_sequences - len(self._active))
+            return self._drain(self.max_batch_sequences - len(self._batch))
         # Idle: a safe point to swap weights.
         self._apply_pending_weights()
         if self._closed:
@@ -351,8 +307,8 @@ class EmbeddedEngine:
         self.stats.busy_periods += 1
         return batch
 
-    def _drain(self, room: int) -> list[_Request]:
-        out: list[_Request] = []
+    def _drain(self, room: int) -> list[Request]:
+        out: list[Request] = []
         while len(out) < room:
             try:
                 item = self._queue.get_nowait()
@@ -390,152 +346,52 @@ class EmbeddedEngine:
         )
         return out.logits[:, -1, :], getattr(out, self._cache_kwarg)
 
-    def _prefill(self, reqs: list[_Request]) -> None:
+    def _prefill(self, reqs: list[Request]) -> None:
         reqs = [r for r in reqs if not (r.cancelled or r.future.cancelled())]
         if not reqs:
             return
         from transformers import DynamicCache
 
-        width = max(len(r.prompt_ids) for r in reqs)
-        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(reqs), width), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            mask[i, width - len(r.prompt_ids) :] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        ids, mask, pos = ids.to(self.device), mask.to(self.device), pos.to(self.device)
+        ids, mask, pos = prefill_inputs([r.prompt_ids for r in reqs], self.pad_id, self.device)
         logits, cache = self._forward(ids, mask, pos, DynamicCache(config=self.model.config))
         self.stats.prefill_passes += 1
         tokens = self._sample(logits, reqs)
         next_pos = torch.tensor([len(r.prompt_ids) for r in reqs], device=self.device)
-        self._merge(reqs, cache, mask, next_pos, tokens)
+        self._batch.merge(reqs, cache, mask, next_pos, tokens)
         self._retire()
 
     def _decode_step(self) -> None:
-        assert self._mask is not None and self._next_pos is not None and self._last_tok is not None
-        ones = torch.ones((len(self._active), 1), dtype=self._mask.dtype, device=self.device)
-        self._mask = torch.cat([self._mask, ones], dim=1)
-        logits, self._cache = self._forward(self._last_tok[:, None], self._mask, self._next_pos[:, None], self._cache)
-        self._next_pos = self._next_pos + 1
+        b = self._batch
+        assert b.mask is not None and b.next_pos is not None and b.last_tok is not None
+        ones = torch.ones((len(b), 1), dtype=b.mask.dtype, device=self.device)
+        b.mask = torch.cat([b.mask, ones], dim=1)
+        logits, b.cache = self._forward(b.last_tok[:, None], b.mask, b.next_pos[:, None], b.cache)
+        b.next_pos = b.next_pos + 1
         self.stats.decode_steps += 1
-        self.stats.max_batch_size = max(self.stats.max_batch_size, len(self._active))
-        self._last_tok = self._sample(logits, self._active)
+        self.stats.max_batch_size = max(self.stats.max_batch_size, len(b))
+        b.last_tok = self._sample(logits, b.reqs)
         self._retire()
 
-    def _sample(self, logits: torch.Tensor, reqs: list[_Request]) -> torch.Tensor:
-        """Sample one token per row and record it with its log_softmax(logits / T) logprob."""
-        logits = logits.float()
-        temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in reqs], device=logits.device)
-        scaled = logits / temps[:, None]
-        logp = torch.log_softmax(scaled, dim=-1)
-        filtered = _filter_top_k_top_p(scaled, reqs)
-        probs = (logp.exp() if filtered is scaled else torch.softmax(filtered, dim=-1)).cpu()
-        tokens = torch.empty(len(reqs), dtype=torch.long)
-        shared = [i for i, r in enumerate(reqs) if r.temperature > 0 and r.generator is None]
-        if shared:
-            tokens[shared] = torch.multinomial(probs[shared], 1, generator=self._rng)[:, 0]
-        for i, r in enumerate(reqs):
-            if r.temperature <= 0:
-                tokens[i] = int(torch.argmax(filtered[i]))
-            elif r.generator is not None:
-                tokens[i] = int(torch.multinomial(probs[i], 1, generator=r.generator)[0])
-        chosen = logp.gather(1, tokens.to(logp.device)[:, None])[:, 0].cpu().tolist()
-        for r, t, lp in zip(reqs, tokens.tolist(), chosen, strict=True):
-            r.out_ids.append(t)
-            r.out_logprobs.append(lp)
+    def _sample(self, logits: torch.Tensor, reqs: list[Request]) -> torch.Tensor:
+        tokens = sample_tokens(logits, reqs, self._rng)
         self.stats.tokens_generated += len(reqs)
-        return tokens.to(self.device)
-
-    def _merge(self, reqs: list[_Request], cache: Any, mask: torch.Tensor, next_pos: torch.Tensor, last: torch.Tensor) -> None:
-        """Add newly prefilled rows to the running batch, left-padding the shorter cache."""
-        from transformers import DynamicCache
-
-        if not self._active:
-            self._active, self._cache, self._mask, self._next_pos, self._last_tok = reqs, cache, mask, next_pos, last
-            return
-        assert self._mask is not None and self._next_pos is not None and self._last_tok is not None
-        width = max(self._mask.shape[1], mask.shape[1])
-        layers = []
-        for old, new in zip(self._cache.layers, cache.layers, strict=True):
-            k = torch.cat([_left_pad(old.keys, width), _left_pad(new.keys, width)], dim=0)
-            v = torch.cat([_left_pad(old.values, width), _left_pad(new.values, width)], dim=0)
-            layers.append((k, v))
-        self._cache = DynamicCache(ddp_cache_data=layers)
-        self._mask = torch.cat([_left_pad(self._mask, width, dim=1), _left_pad(mask, width, dim=1)], dim=0)
-        self._next_pos = torch.cat([self._next_pos, next_pos])
-        self._last_tok = torch.cat([self._last_tok, last])
-        self._active = self._active + reqs
+        return tokens
 
     def _retire(self) -> None:
-        """Resolve finished or cancelled rows and drop them (and all-padding columns) from the batch."""
+        """Resolve finished or cancelled rows and drop them from the batch."""
         keep: list[int] = []
-        for i, r in enumerate(self._active):
+        for i, r in enumerate(self._batch.reqs):
             reason = None
             if r.out_ids[-1] in r.stop_ids:
                 reason = "stop"
             elif len(r.out_ids) >= r.max_tokens:
                 reason = "length"
             if r.cancelled or r.future.cancelled():
-                _resolve(r.future, exc=asyncio.CancelledError())
+                resolve(r.future, exc=asyncio.CancelledError())
             elif reason is not None:
                 self.stats.requests += 1
-                _resolve(
-                    r.future,
-                    Completion(r.out_ids, r.out_logprobs, reason, self.weight_version, len(r.prompt_ids)),
-                )
+                done = Completion(r.out_ids, r.out_logprobs, reason, self.weight_version, len(r.prompt_ids))
+                resolve(r.future, done)
             else:
                 keep.append(i)
-        if len(keep) == len(self._active):
-            return
-        if not keep:
-            self._active, self._cache, self._mask, self._next_pos, self._last_tok = [], None, None, None, None
-            return
-        assert self._mask is not None and self._next_pos is not None and self._last_tok is not None
-        idx = torch.tensor(keep, device=self.device)
-        mask = self._mask[idx]
-        trim = int(mask.argmax(dim=1).min())  # leading columns that are padding in every kept row
-        for layer in self._cache.layers:
-            layer.keys = layer.keys[idx, :, trim:]
-            layer.values = layer.values[idx, :, trim:]
-        self._mask = mask[:, trim:]
-        self._next_pos = self._next_pos[idx]
-        self._last_tok = self._last_tok[idx]
-        self._active = [self._active[i] for i in keep]
-
-
-def _resolve(fut: concurrent.futures.Future, result: Any = None, exc: BaseException | None = None) -> None:
-    if fut.done():
-        return
-    try:
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)
-    except concurrent.futures.InvalidStateError:  # cancelled by the caller meanwhile
-        pass
-
-
-def _left_pad(t: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
-    missing = width - t.shape[dim]
-    if missing <= 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = missing
-    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=dim)
-
-
-def _filter_top_k_top_p(scaled: torch.Tensor, reqs: list[_Request]) -> torch.Tensor:
-    """Set logits outside each row's top-k / top-p nucleus to -inf (rows without filters untouched)."""
-    if all(r.top_k <= 0 and r.top_p >= 1.0 for r in reqs):
-        return scaled
-    vocab = scaled.shape[-1]
-    ks = torch.tensor([r.top_k if 0 < r.top_k < vocab else vocab for r in reqs], device=scaled.device)
-    ps = torch.tensor([r.top_p for r in reqs], device=scaled.device, dtype=scaled.dtype)
-    sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
-    ranks = torch.arange(vocab, device=scaled.device)[None, :]
-    drop = ranks >= ks[:, None]
-    probs = torch.softmax(sorted_logits.masked_fill(drop, float("-inf")), dim=-1)
-    before = probs.cumsum(dim=-1) - probs  # mass of strictly better tokens; the best token is always kept
-    drop |= before >= ps[:, None]
-    out = torch.full_like(scaled, float("-inf"))
-    return out.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
+        self._batch.keep(keep)

@@ -1,0 +1,146 @@
+"""The running batch of `EmbeddedEngine`: a shared left-padded KV cache, plus token sampling.
+
+Everything here is tensor and cache bookkeeping with no threads, queues or model: building the
+left-padded prefill inputs, merging newly prefilled rows into the running batch, dropping finished
+rows (and the columns that became padding for every remaining row), and sampling one token per row
+with its logprob. Kept apart from `engine.py` so the scheduling there reads as scheduling, and so
+these pieces can be checked on plain tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agentrl.inference.completion import Request
+
+
+class DecodeBatch:
+    """The sequences decoded together and their shared cache; owned by the engine's worker thread.
+
+    Row i of `cache`, `mask`, `next_pos` and `last_tok` belongs to `reqs[i]`. Rows are left-padded
+    to a common width, so every row's newest token sits in the last column.
+    """
+
+    def __init__(self) -> None:
+        self.reqs: list[Request] = []
+        self.cache: Any = None
+        self.mask: torch.Tensor | None = None  # [B, L] 1 where the cache holds a real token
+        self.next_pos: torch.Tensor | None = None  # [B] position id of the next token fed
+        self.last_tok: torch.Tensor | None = None  # [B] sampled, not yet in the cache
+
+    def __len__(self) -> int:
+        return len(self.reqs)
+
+    def clear(self) -> None:
+        """Forget every row (and free the cache)."""
+        self.reqs, self.cache, self.mask, self.next_pos, self.last_tok = [], None, None, None, None
+
+    def merge(self, reqs: list[Request], cache: Any, mask: torch.Tensor, next_pos: torch.Tensor, last: torch.Tensor) -> None:
+        """Add newly prefilled rows to the batch, left-padding whichever cache is shorter."""
+        from transformers import DynamicCache
+
+        if not self.reqs:
+            self.reqs, self.cache, self.mask, self.next_pos, self.last_tok = reqs, cache, mask, next_pos, last
+            return
+        assert self.mask is not None and self.next_pos is not None and self.last_tok is not None
+        width = max(self.mask.shape[1], mask.shape[1])
+        layers = []
+        for old, new in zip(self.cache.layers, cache.layers, strict=True):
+            k = torch.cat([left_pad(old.keys, width), left_pad(new.keys, width)], dim=0)
+            v = torch.cat([left_pad(old.values, width), left_pad(new.values, width)], dim=0)
+            layers.append((k, v))
+        self.cache = DynamicCache(ddp_cache_data=layers)
+        self.mask = torch.cat([left_pad(self.mask, width, dim=1), left_pad(mask, width, dim=1)], dim=0)
+        self.next_pos = torch.cat([self.next_pos, next_pos])
+        self.last_tok = torch.cat([self.last_tok, last])
+        self.reqs = self.reqs + reqs
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only `rows` (indices into `reqs`, ascending); trim columns now padding in all of them."""
+        if len(rows) == len(self.reqs):
+            return
+        if not rows:
+            self.clear()
+            return
+        assert self.mask is not None and self.next_pos is not None and self.last_tok is not None
+        idx = torch.tensor(rows, device=self.mask.device)
+        mask = self.mask[idx]
+        trim = int(mask.argmax(dim=1).min())  # leading columns that are padding in every kept row
+        for layer in self.cache.layers:
+            layer.keys = layer.keys[idx, :, trim:]
+            layer.values = layer.values[idx, :, trim:]
+        self.mask = mask[:, trim:]
+        self.next_pos = self.next_pos[idx]
+        self.last_tok = self.last_tok[idx]
+        self.reqs = [self.reqs[i] for i in rows]
+
+
+def prefill_inputs(
+    prompts: list[list[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded `input_ids`, `attention_mask` and `position_ids` [B, max prompt length] on `device`."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), mask.to(device), pos.to(device)
+
+
+def sample_tokens(logits: torch.Tensor, reqs: list[Request], rng: torch.Generator) -> torch.Tensor:
+    """Sample one token per row, append it and its log_softmax(logits / T) logprob to the row's request.
+
+    Rows without their own seeded generator draw from `rng` in one call. Returns the tokens [B] on
+    `logits.device`.
+    """
+    logits = logits.float()
+    temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in reqs], device=logits.device)
+    scaled = logits / temps[:, None]
+    logp = torch.log_softmax(scaled, dim=-1)
+    filtered = filter_top_k_top_p(scaled, reqs)
+    probs = (logp.exp() if filtered is scaled else torch.softmax(filtered, dim=-1)).cpu()
+    tokens = torch.empty(len(reqs), dtype=torch.long)
+    shared = [i for i, r in enumerate(reqs) if r.temperature > 0 and r.generator is None]
+    if shared:
+        tokens[shared] = torch.multinomial(probs[shared], 1, generator=rng)[:, 0]
+    for i, r in enumerate(reqs):
+        if r.temperature <= 0:
+            tokens[i] = int(torch.argmax(filtered[i]))
+        elif r.generator is not None:
+            tokens[i] = int(torch.multinomial(probs[i], 1, generator=r.generator)[0])
+    chosen = logp.gather(1, tokens.to(logp.device)[:, None])[:, 0].cpu().tolist()
+    for r, t, lp in zip(reqs, tokens.tolist(), chosen, strict=True):
+        r.out_ids.append(t)
+        r.out_logprobs.append(lp)
+    return tokens.to(logits.device)
+
+
+def left_pad(t: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
+    """`t` with zeros prepended along `dim` up to `width` (unchanged when already that wide)."""
+    missing = width - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=dim)
+
+
+def filter_top_k_top_p(scaled: torch.Tensor, reqs: list[Request]) -> torch.Tensor:
+    """Set logits outside each row's top-k / top-p nucleus to -inf (rows without filters untouched)."""
+    if all(r.top_k <= 0 and r.top_p >= 1.0 for r in reqs):
+        return scaled
+    vocab = scaled.shape[-1]
+    ks = torch.tensor([r.top_k if 0 < r.top_k < vocab else vocab for r in reqs], device=scaled.device)
+    ps = torch.tensor([r.top_p for r in reqs], device=scaled.device, dtype=scaled.dtype)
+    sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=scaled.device)[None, :]
+    drop = ranks >= ks[:, None]
+    probs = torch.softmax(sorted_logits.masked_fill(drop, float("-inf")), dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # mass of strictly better tokens; the best token is always kept
+    drop |= before >= ps[:, None]
+    out = torch.full_like(scaled, float("-inf"))
+    return out.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))

@@ -1,0 +1,77 @@
+"""What goes into and comes out of `EmbeddedEngine`: the per-request state, the `Completion` it
+resolves to and the engine's work counters.
+
+Separate from `engine.py` so the batch helpers in `batch.py` and other engines (`sglang.py` returns
+the same `Completion`) can use these types without importing the engine's worker machinery.
+
+Log-probabilities. `Completion.logprobs[i]` is `log_softmax(logits / T)[token_i]`, computed in float32
+from the logits of the forward pass that sampled the token, where T is the request's temperature
+(T = 1 when temperature is 0, i.e. greedy). It is the untruncated temperature-scaled distribution:
+top-k / top-p restrict which tokens may be sampled but do not renormalise the reported logprob, so it
+is exactly the log pi_theta(token) at temperature T that a GRPO trainer recomputes for its ratio.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Completion:
+    """What one `generate` call returns. `token_ids` includes the stop token when there is one."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (a stop token was sampled) | "length" (max_tokens or the context ran out)
+    weight_version: int = 0
+    prompt_tokens: int = 0
+
+
+@dataclass
+class EngineStats:
+    """Counters that show how much work was shared between requests."""
+
+    requests: int = 0  # completions returned
+    tokens_generated: int = 0
+    prefill_passes: int = 0  # forward passes over new prompts (one per admitted group)
+    decode_steps: int = 0  # forward passes that decode one token for every running sequence
+    busy_periods: int = 0  # times the engine went from idle to busy
+    max_batch_size: int = 0  # most sequences decoded in one pass
+
+    @property
+    def forward_passes(self) -> int:
+        return self.prefill_passes + self.decode_steps
+
+
+@dataclass
+class Request:
+    """One validated request and the tokens sampled for it so far (engine-internal)."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    stop_ids: frozenset[int]
+    generator: torch.Generator | None
+    future: concurrent.futures.Future
+    out_ids: list[int] = field(default_factory=list)
+    out_logprobs: list[float] = field(default_factory=list)
+    cancelled: bool = False
+
+
+def resolve(fut: concurrent.futures.Future, result: Any = None, exc: BaseException | None = None) -> None:
+    """Set `fut`'s result (or `exc`) unless it is already done; never raises for a finished future."""
+    if fut.done():
+        return
+    try:
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+    except concurrent.futures.InvalidStateError:  # cancelled by the caller meanwhile
+        pass
