@@ -21,8 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 from websockets.asyncio.client import connect
+
+from agentrl.testing.processes import wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 8
@@ -104,20 +105,6 @@ def start(code: str) -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} never became healthy")
-
-
 async def session(url: str, sid: int, deadline: float, lat: list[float], plan) -> int:
     """Play episodes back to back until `deadline`; returns how many finished."""
     episodes = 0
@@ -176,7 +163,7 @@ def main() -> None:
     procs = {name: start(code) for name, code in (("ours", OURS), ("openenv", OPENENV), ("gridsim", GRIDSIM))}
     try:
         for proc, url in procs.values():
-            wait_healthy(proc, url)
+            wait_healthy(proc, url, timeout=120)
         results: dict[str, dict[int, dict[str, float]]] = {}
         rewards = {"ours": 0.0, "openenv": 1.0}  # the echo bundle scores the empty reply 0; openenv's echo says 1
         for name in ("ours", "openenv"):

@@ -16,6 +16,7 @@ import pytest
 
 from agentrl.envs.bundles import load_bundle
 from agentrl.envs.client import EnvConnectionError, EpisodeClient
+from agentrl.testing.processes import wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,26 +35,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{url} never became healthy")
-
-
 def test_sigterm_tears_live_episodes_down(tmp_path):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, str(tmp_path), str(port)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc)
+        wait_healthy(proc, url)
 
         async def live_episodes() -> list[EpisodeClient]:
             clients = [EpisodeClient(url) for _ in range(3)]
@@ -96,7 +84,7 @@ def test_hydra_entry_serves_gridsim_behind_a_token(tmp_path):
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc)
+        wait_healthy(proc, url)
         assert httpx.get(f"{url}/metadata").status_code == 401
         meta = httpx.get(f"{url}/metadata", headers={"Authorization": "Bearer grid-secret"}).json()
         assert meta["name"] == "gridsim"
