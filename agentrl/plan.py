@@ -92,6 +92,12 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     trainer_cls = import_target(cfg.trainer, "trainer")
     model_factory = resolve_target(cfg.model, "model")
     inference_factory = resolve_target(cfg.inference, "inference")
+    from agentrl.devices import DeviceError, check_devices  # torch loads only once a plan is built
+
+    try:
+        check_devices(cfg)
+    except DeviceError as exc:
+        raise PlanError(str(exc)) from exc
     for split in (cfg.env.train_split, cfg.env.eval_split):
         if split not in bundle.splits():
             raise PlanError(f"env: bundle {bundle.name} has no split {split!r}; it has {sorted(bundle.splits())}")

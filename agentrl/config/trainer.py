@@ -50,6 +50,7 @@ class GRPOTrainerConfig(TrainerConfig):
     weight_decay: float = 0.0
     max_extra_rows: int = 16  # rows drawn beyond prompts_per_step per step to replace filtered groups
     checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id>
+    device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device (SGLang: cuda when there)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
 
@@ -65,6 +66,7 @@ class SFTTrainerConfig(TrainerConfig):
     weight_decay: float = 0.0
     eval_every: int = 250
     eval_temperature: float = 1.1  # sampled eval; a greedy-decoded eval is reported beside it at the end
+    device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device
     output_dir: str | None = None  # null: <paths.checkpoint_dir>/sft/<bundle>-<teacher>-s<steps>-<settings hash>
 
 

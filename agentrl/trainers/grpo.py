@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from agentrl.devices import train_device
 from agentrl.rewards import keep_scored_groups
 from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.evaluate import evaluate
@@ -145,11 +146,12 @@ class GRPOTrainer:
             log.warning("trainer.resume=true but no checkpoint under %s: starting fresh", self.root)
         start_path = str(resume_from / "model") if resume_from else self._warm_start()
         self.tokenizer = AutoTokenizer.from_pretrained(start_path)
-        model = AutoModelForCausalLM.from_pretrained(start_path, dtype=torch.float32).eval()
+        device = train_device(cfg)
+        model = AutoModelForCausalLM.from_pretrained(start_path, dtype=torch.float32).eval().to(device)
         self.learner = make_learner(t, model, self.tokenizer)
         for p in self.policies:  # a trained role model resumes from the checkpoint's copy
             p.path = str(ckpt.policy_path(resume_from, p.name)) if resume_from and p.trainable else p.source
-        load_learners(t, self.policies)
+        load_learners(t, self.policies, device)
         bundle = self.plan.bundle
         self.rows = RowStream(bundle.splits()[cfg.env.train_split], int(cfg.seed))
         first = 1

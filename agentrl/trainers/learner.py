@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from agentrl.devices import autocast, model_device
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 from agentrl.trainers.grpo_math import group_advantages, policy_loss, token_logprobs
 
@@ -39,7 +40,10 @@ def items_from(played: Sequence[Any], policy: str | None = None) -> tuple[list[T
 
 
 class Learner:
-    """A policy model and its AdamW optimizer (constant LR, gradient clipping), plus an optional frozen reference."""
+    """A policy model and its AdamW optimizer (constant LR, gradient clipping), plus an optional frozen reference.
+
+    It trains on the device the model is on (float32 weights; bf16 autocast on CUDA).
+    """
 
     def __init__(self, model: torch.nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
                  clip_low: float = 0.2, clip_high: float = 0.2, kl_coef: float = 0.0, temperature: float = 1.0,
@@ -52,6 +56,7 @@ class Learner:
         self.temperature = temperature
         self.micro = max(1, int(micro_batch_samples))
         self.pad_id = pad_id
+        self.device = model_device(model)
         self.reference = None
         if kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
@@ -70,7 +75,7 @@ class Learner:
             old[r, :n] = torch.tensor(it.rollout_logprobs, dtype=torch.float32)
         adv = torch.tensor([it.advantage for it in items])
         # Position t's logits predict token t + 1.
-        return ids, attn, mask[:, 1:], old[:, 1:], adv
+        return tuple(t.to(self.device, non_blocking=True) for t in (ids, attn, mask[:, 1:], old[:, 1:], adv))
 
     def step(self, items: Sequence[TrainItem]) -> dict[str, float]:
         """One optimizer step over all `items` (micro-batched); the loss is token-normalized over the whole step."""
@@ -85,12 +90,14 @@ class Learner:
             # Prompt positions before the first model token need no logits.
             first = first_loss_column(mask)
             mask, old, targets = mask[:, first:], old[:, first:], ids[:, first + 1:]
-            logp = token_logprobs(next_token_logits(self.model, ids, attn, first), targets, self.temperature)
+            with autocast(self.device):
+                logits = next_token_logits(self.model, ids, attn, first)
+            logp = token_logprobs(logits, targets, self.temperature)
             ref = None
             if self.reference is not None:
-                with torch.no_grad():
-                    ref = token_logprobs(next_token_logits(self.reference, ids, attn, first), targets,
-                                         self.temperature)
+                with torch.no_grad(), autocast(self.device):
+                    ref_logits = next_token_logits(self.reference, ids, attn, first)
+                ref = token_logprobs(ref_logits, targets, self.temperature)
             out = policy_loss(logp, old, adv, mask, clip_low=self.clip_low, clip_high=self.clip_high,
                               ref_logprobs=ref, kl_coef=self.kl_coef, normalizer=total)
             out.loss.backward()

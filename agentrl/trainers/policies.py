@@ -100,15 +100,15 @@ def make_learner(t: Any, model: Any, tokenizer: Any) -> Learner:
                    pad_id=tokenizer.pad_token_id or 0)
 
 
-def load_learners(t: Any, policies: Sequence[Policy]) -> None:
-    """Load every trainable policy's model and tokenizer from its `path` and give it a learner."""
+def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu") -> None:
+    """Load every trainable policy's model and tokenizer from its `path` onto `device`; give it a learner."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     for p in policies:
         if p.trainable:
             p.tokenizer = AutoTokenizer.from_pretrained(p.path)
-            model = AutoModelForCausalLM.from_pretrained(p.path, dtype=torch.float32).eval()
+            model = AutoModelForCausalLM.from_pretrained(p.path, dtype=torch.float32).eval().to(device)
             p.learner = make_learner(t, model, p.tokenizer)
 
 

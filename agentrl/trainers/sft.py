@@ -25,6 +25,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from agentrl.devices import autocast, model_device, train_device
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 
 log = logging.getLogger(__name__)
@@ -92,10 +93,13 @@ def sft_batch(batch: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[to
 
 
 def sft_loss(model: Any, batch: list[tuple[list[int], list[int]]], pad_id: int) -> torch.Tensor:
-    """Mean next-token cross-entropy over assistant tokens of a right-padded batch."""
-    ids, attn, targets = sft_batch(batch, pad_id)
+    """Mean next-token cross-entropy over assistant tokens of a right-padded batch, on the model's device."""
+    device = model_device(model)
+    ids, attn, targets = (t.to(device, non_blocking=True) for t in sft_batch(batch, pad_id))
     first = first_loss_column(targets != -100)  # the prompt before it needs no logits
-    logits = next_token_logits(model, ids, attn, first).float()
+    with autocast(device):
+        logits = next_token_logits(model, ids, attn, first)
+    logits = logits.float()
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[:, first:].reshape(-1),
                                              ignore_index=-100)
 
@@ -206,12 +210,14 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
     base = instantiate(cfg.model)
     base_path = base if isinstance(base, str) else str(cfg.model.path)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    device = train_device(cfg)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32).to(device)
     teacher, steps = str(settings["teacher"]), int(settings["steps"])
     started = time.monotonic()
     data = encode_demonstrations(tokenizer, plan.bundle, cfg.env.train_split, teacher,
                                  augment=int(settings["augment"]), seed=int(cfg.seed))
-    log.info("SFT on %d %s demonstrations of %s for %d steps", len(data), teacher, plan.bundle.name, steps)
+    log.info("SFT on %d %s demonstrations of %s for %d steps on %s", len(data), teacher, plan.bundle.name, steps,
+             device)
     last = {"loss": float("nan")}
     bar = tqdm(total=steps, desc=f"SFT ({teacher})", unit="step", mininterval=5.0, dynamic_ncols=True)
 

@@ -1,0 +1,65 @@
+"""Which torch device the engine and the trainer use, checked before anything starts."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+
+class DeviceError(ValueError):
+    """A config asks for a device this machine does not have (or names no device at all)."""
+
+
+def resolve_device(name: str, where: str) -> torch.device:
+    """`name` as a torch device; CUDA only when torch sees a GPU (a clear error naming `where` otherwise)."""
+    try:
+        device = torch.device(str(name))
+    except (RuntimeError, ValueError) as exc:
+        raise DeviceError(f"{where}={name!r} is not a device: use cpu, cuda or cuda:N") from exc
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"{where}={name!r} but torch {torch.__version__} sees no CUDA GPU here: "
+                              f"set {where}=cpu, or install a CUDA build of torch on a GPU machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise DeviceError(f"{where}={name!r} but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+    elif device.type != "cpu":
+        raise DeviceError(f"{where}={name!r}: agentrl runs on cpu or cuda")
+    return device
+
+
+def train_device(cfg: Any) -> torch.device:
+    """The device the built-in trainers train on.
+
+    `trainer.device` when set; with "auto" (the default), the embedded engine's device, so generation and
+    training share the GPU; with SGLang serving (no engine device), the first GPU when there is one.
+    """
+    want = str(cfg.trainer.get("device", "auto") or "auto")
+    if want != "auto":
+        return resolve_device(want, "trainer.device")
+    engine_device = cfg.get("inference", {}).get("device")
+    if engine_device:
+        return resolve_device(str(engine_device), "inference.device")
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def check_devices(cfg: Any) -> None:
+    """Raise `DeviceError` now for a device the run would fail on later (the engine's, the trainer's)."""
+    engine_device = cfg.get("inference", {}).get("device")
+    if engine_device:
+        resolve_device(str(engine_device), "inference.device")
+    if "device" in cfg.get("trainer", {}):
+        train_device(cfg)
+
+
+def autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA (float32 master weights, bf16 matmuls); nothing on the CPU, which trains in float32."""
+    if device.type == "cuda":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device `model`'s parameters are on."""
+    return next(model.parameters()).device

@@ -1,0 +1,62 @@
+"""Device choice for the engine and the trainer: resolved from the config, refused before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from agentrl.devices import DeviceError, autocast, check_devices, resolve_device, train_device
+from tests.conftest import run_cli
+
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without a GPU gives")
+
+
+def cfg(trainer: dict, inference: dict) -> object:
+    return OmegaConf.create({"trainer": trainer, "inference": inference})
+
+
+def test_auto_follows_the_embedded_engine_and_an_explicit_device_wins():
+    assert train_device(cfg({"device": "auto"}, {"device": "cpu"})) == torch.device("cpu")
+    assert train_device(cfg({"device": "cpu"}, {"device": "cpu"})) == torch.device("cpu")
+    assert train_device(cfg({}, {"device": "cpu"})) == torch.device("cpu")  # a trainer without the key
+    # SGLang serving names no engine device: the trainer takes a GPU when there is one.
+    expected = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert train_device(cfg({"device": "auto"}, {"urls": []})) == expected
+
+
+@no_gpu
+def test_cuda_without_a_gpu_names_the_key_that_asked_for_it():
+    with pytest.raises(DeviceError, match=r"trainer.device='cuda' but torch .* sees no CUDA GPU"):
+        train_device(cfg({"device": "cuda"}, {"device": "cpu"}))
+    with pytest.raises(DeviceError, match=r"inference.device='cuda:0'"):
+        check_devices(cfg({"device": "auto"}, {"device": "cuda:0"}))
+    # auto inherits the engine's device, so the engine's key is the one named.
+    with pytest.raises(DeviceError, match=r"inference.device='cuda'"):
+        train_device(cfg({"device": "auto"}, {"device": "cuda"}))
+
+
+def test_a_name_that_is_no_device_is_refused():
+    with pytest.raises(DeviceError, match="is not a device"):
+        resolve_device("gpu0", "trainer.device")
+    with pytest.raises(DeviceError, match="runs on cpu or cuda"):
+        resolve_device("meta", "trainer.device")
+    check_devices(cfg({"device": "cpu"}, {"device": "cpu"}))  # a good config passes
+
+
+def test_autocast_is_bf16_on_cuda_only():
+    with autocast(torch.device("cpu")):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+    ctx = autocast(torch.device("cuda"))
+    assert isinstance(ctx, torch.autocast) and ctx.fast_dtype == torch.bfloat16
+
+
+@no_gpu
+def test_cli_refuses_a_missing_gpu_before_any_run_starts(agentrl_home: Path, tmp_path: Path):
+    proc = run_cli(["+recipe=gridsim_grpo", "trainer.device=cuda"], cwd=tmp_path, timeout=120)
+    assert proc.returncode != 0
+    assert "trainer.device='cuda' but torch" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (agentrl_home / "outputs" / "mlflow.db").exists()  # no MLflow run was opened
