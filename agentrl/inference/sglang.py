@@ -275,7 +275,9 @@ class SGLangEngine:
         for name in ("config.json", "generation_config.json"):
             if (self.model_path / name).is_file():
                 shutil.copy(self.model_path / name, folder / name)
-        save_file({k: v.detach().contiguous().cpu() for k, v in source.items()}, str(folder / "model.safetensors"))
+        # A copy of every tensor: tied weights (embeddings and lm_head) share storage, which save_file refuses.
+        save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in source.items()},
+                  str(folder / "model.safetensors"))
         return folder
 
     def close(self, timeout: float = 30.0) -> None:

@@ -121,6 +121,23 @@ async def test_state_dict_is_saved_as_a_folder_beside_the_config(tiny_model_path
     assert not Path(pushed).exists()  # temporary weights go with the engine
 
 
+async def test_a_tied_models_state_dict_is_pushed_whole(tiny_model_path, stand_in_sglang):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    state = model.state_dict()  # the learner's push: embeddings and lm_head are one tensor
+    assert state["lm_head.weight"].data_ptr() == state["model.embed_tokens.weight"].data_ptr()
+    server = stand_in_sglang()
+    engine = SGLangEngine(tiny_model_path, urls=[server.url])
+    try:
+        assert await engine.update_weights_async(state) == 1
+        saved = load_file(str(Path(server.calls[-1][1]["model_path"]) / "model.safetensors"))
+        assert set(saved) == set(state)
+        assert torch.equal(saved["lm_head.weight"], state["model.embed_tokens.weight"])
+    finally:
+        engine.close()
+
+
 async def test_refused_weights_raise_and_admission_reopens(tiny_model_path, stand_in_sglang, tmp_path):
     server = stand_in_sglang(generate_ids=[4])
     server.fail_update = True
