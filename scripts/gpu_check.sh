@@ -1,129 +1,218 @@
 #!/usr/bin/env bash
-# GPU check on one GPU (sized for an H200, well under 8 minutes), with the image's torch and transformers:
-#   1. the tiny recipe (gridsim_grpo) end to end on CUDA, a few steps, no warm start;
-#   2. a ~0.6B Qwen3-architecture model made locally (random weights, nothing downloaded):
-#      generation tokens/s through agentrl's EmbeddedEngine, training tokens/s (GRPO-style loss, AdamW),
-#      peak GPU memory, and one GRPO step's time split (rollout / logprobs / train / optimizer / weight push).
-# Usage: bash scripts/gpu_check.sh
-# CPU smoke test of the script itself: GPU_CHECK_DEVICE=cpu GPU_CHECK_SMALL=1 GPU_CHECK_SKIP_RECIPE=1 bash scripts/gpu_check.sh
+# GPU check on one GPU (sized for an H200: about 3 minutes, every part under a timeout), with the image's torch
+# and transformers:
+#   0. installs the carried wheels (.whl/, made here by scripts/gpu_wheels.sh) and stops at once when a module
+#      agentrl needs is still missing;
+#   1. the tiny recipe (gridsim_grpo) end to end on the device, a few steps, no warm start, and the mean step-time
+#      split it logged to MLflow (time/generate_s, time/train_s, time/weight_push_s);
+#   2. a ~0.6B Qwen3-architecture model made locally (random weights, nothing downloaded): generation tokens/s
+#      through agentrl's EmbeddedEngine, training tokens/s through agentrl's Learner (GRPO loss, AdamW, float32
+#      weights with bf16 autocast), peak GPU memory, and a GRPO step's split (rollout / train step / weight push).
+# Usage (the device call; see docs/miles.md "GPU check"): bash scripts/gpu_check.sh
+# CPU smoke test of the script itself: GPU_CHECK_DEVICE=cpu GPU_CHECK_SMALL=1 bash scripts/gpu_check.sh
+# Knobs: GPU_CHECK_WHEELS (folder of wheels, default .whl), GPU_CHECK_NO_WHEELS=1 (install nothing),
+#        GPU_CHECK_SKIP_RECIPE=1 (part 2 only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
-WORK="$(mktemp -d /tmp/agentrl-gpu-check.XXXXXX)"
+SMALL="${GPU_CHECK_SMALL:-0}"
+WHEELS="${GPU_CHECK_WHEELS:-.whl}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/agentrl-gpu-check.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
-export AGENTRL_HOME="$WORK/home" PYTHONUNBUFFERED=1
+export AGENTRL_HOME="$WORK/home" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+unset MLFLOW_TRACKING_URI  # the recipe's MLflow store must be the one under $AGENTRL_HOME, read below
 START=$(date +%s)
+# A short warm start (SFT on the device too) so GRPO groups differ in reward and the learner trains: from the
+# random tiny model every group scores 0 and is filtered out. Few extra rows bound a step that finds no signal.
+if [ "$SMALL" = 1 ]; then RECIPE_STEPS=2 RECIPE_EVAL=2 RECIPE_SFT=100 RECIPE_TIMEOUT=150
+else RECIPE_STEPS=5 RECIPE_EVAL=16 RECIPE_SFT=300 RECIPE_TIMEOUT=200; fi
 
-echo "== environment"
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
-'available', torch.cuda.is_available(), '| transformers', transformers.__version__); \
-print('device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')"
+echo "== 0. environment"
+if [ -z "${GPU_CHECK_NO_WHEELS:-}" ] && compgen -G "$WHEELS/*.whl" >/dev/null; then
+  T0=$(date +%s)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" \
+    "$WHEELS"/*.whl || { echo "STOP: pip could not install the wheels in $WHEELS"; exit 3; }
+  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+  echo "installed $(compgen -G "$WHEELS/*.whl" | wc -l) wheels from $WHEELS in $(( $(date +%s) - T0 ))s"
+fi
+timeout 120 python3 - <<'PY' || { echo "STOP: a module agentrl needs is missing or broken here (above); nothing was run on the GPU"; exit 3; }
+import importlib
+import sys
+
+import torch
+import transformers
+
+print(f"python {sys.version.split()[0]} | torch {torch.__version__} cuda {torch.version.cuda} available "
+      f"{torch.cuda.is_available()} | transformers {transformers.__version__}")
+print("device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu")
+missing = []
+for name in ("hydra", "omegaconf", "fastapi", "uvicorn", "websockets", "httpx", "mlflow", "docker", "pydantic",
+             "sqlalchemy", "alembic", "matplotlib", "tqdm", "agentrl.__main__", "agentrl.run",
+             "agentrl.trainers.grpo", "agentrl.trainers.learner", "agentrl.inference.engine"):
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # noqa: BLE001 - any failure to import is a reason to stop before the GPU work
+        missing.append(f"  {name}: {type(exc).__name__}: {exc}")
+if missing:
+    print("MISSING (carry them as wheels: bash scripts/gpu_wheels.sh, then carry=['.whl']):\n" + "\n".join(missing))
+    sys.exit(1)
+print("all modules import")
+PY
+if [ -n "${PYTHONPATH:-}" ]; then  # informational: the carried wheels' requirements the image's versions miss
+  timeout 60 python3 -m pip check 2>/dev/null | grep -v "^No broken" | head -n 20 || true
+fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader
 
-echo "== 1. tiny recipe on $DEVICE (gridsim_grpo, 3 steps)"
+echo "== 1. tiny recipe on $DEVICE (gridsim_grpo: $RECIPE_SFT SFT warm-start steps, $RECIPE_STEPS GRPO steps, eval_limit $RECIPE_EVAL)"
 T0=$(date +%s)
 RC=0
-[ -n "${GPU_CHECK_SKIP_RECIPE:-}" ] || timeout 240 python3 -m agentrl +recipe=gridsim_grpo inference.device="$DEVICE" trainer.steps=3 \
-  trainer.eval_every=0 trainer.eval_limit=16 trainer.warm_start.enabled=false trainer.checkpoint_every=0 \
-  > "$WORK/tiny.log" 2>&1 || RC=$?
-tail -n 15 "$WORK/tiny.log" 2>/dev/null
+if [ -z "${GPU_CHECK_SKIP_RECIPE:-}" ]; then
+  OVERRIDES=(+recipe=gridsim_grpo inference.device="$DEVICE" trainer.steps="$RECIPE_STEPS" trainer.eval_every=0
+    trainer.eval_limit="$RECIPE_EVAL" trainer.checkpoint_every=0 trainer.max_extra_rows=2
+    trainer.warm_start.steps="$RECIPE_SFT" trainer.warm_start.augment=0)
+  # trainer.device came with the GPU training change; an older checkout trains where inference.device says.
+  if python3 -c "from agentrl.config.trainer import GRPOTrainerConfig as C; assert 'device' in C.__dataclass_fields__" \
+    2>/dev/null; then OVERRIDES+=(trainer.device="$DEVICE"); fi
+  echo "python3 -m agentrl ${OVERRIDES[*]}"
+  timeout "$RECIPE_TIMEOUT" python3 -m agentrl "${OVERRIDES[@]}" > "$WORK/tiny.log" 2>&1 || RC=$?
+  [ "$RC" = 0 ] || tail -n 25 "$WORK/tiny.log"
+  timeout 60 python3 - "$AGENTRL_HOME" <<'PY' || true
+import sqlite3, sys
+from pathlib import Path
+
+# The run's own MLflow store (SQLite under $AGENTRL_HOME/outputs): every metric of every step.
+dbs = sorted(Path(sys.argv[1]).rglob("mlflow.db"))
+if not dbs:
+    sys.exit("recipe: no MLflow store found (the run failed before logging)")
+con = sqlite3.connect(dbs[0])
+rows = con.execute("SELECT key, step, value FROM metrics WHERE step > 0 AND (key LIKE 'time/%' OR key LIKE 'perf/%' "
+                   "OR key IN ('train/reward', 'rollout/model_tokens', 'train/tokens'))").fetchall()
+by_key: dict[str, dict[int, float]] = {}
+for key, step, value in rows:
+    by_key.setdefault(key, {})[step] = value
+steps = sorted(by_key.get("time/step_s", {}))
+if not steps:
+    sys.exit("recipe: no step metrics in the MLflow store")
+# The first step pays for warm-up (kernels, allocator); the mean leaves it out when there are more.
+kept = steps[1:] or steps
+mean = {k: sum(v[s] for s in kept if s in v) / max(1, sum(s in v for s in kept)) for k, v in by_key.items()}
+step_s = mean["time/step_s"]
+parts = [("generate", "time/generate_s"), ("train", "time/train_s"), ("weight push", "time/weight_push_s")]
+print(f"recipe step split (mean of steps {kept[0]}-{kept[-1]}): "
+      + ", ".join(f"{name} {mean.get(k, 0.0):.3f}s ({100 * mean.get(k, 0.0) / step_s:.0f}%)" for name, k in parts)
+      + f"; step {step_s:.3f}s (step 1: {by_key['time/step_s'][steps[0]]:.3f}s)")
+trained = [s for s in steps if by_key.get("train/tokens", {}).get(s, 0) > 0]
+print(f"recipe throughput: generate {mean.get('perf/generate_tokens_per_s', 0):,.0f} model tokens/s, "
+      f"train {mean.get('perf/train_tokens_per_s', 0):,.0f} loss tokens/s, train/reward {mean.get('train/reward', 0):.3f}; "
+      f"steps that trained: {len(trained)} of {len(steps)} (a step whose groups all tie in reward skips the update)")
+PY
+fi
 echo "tiny recipe: exit $RC in $(( $(date +%s) - T0 ))s"
 
-echo "== 2. ~0.6B Qwen3 (random weights): generation, training, memory, step split"
-timeout 360 python3 - "$DEVICE" "$WORK" <<'PY'
+echo "== 2. ~0.6B Qwen3 (random weights): generation, Learner training, memory, step split"
+timeout 240 python3 - "$DEVICE" "$WORK" "$SMALL" <<'PY'
 import asyncio, os, sys, time
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-device, work = sys.argv[1], sys.argv[2]
-small = os.environ.get("GPU_CHECK_SMALL") == "1"
+from agentrl.inference.engine import EmbeddedEngine
+from agentrl.models.tiny import ensure_tiny_model
+from agentrl.trainers.learner import Learner, TrainItem
+
+device, work, small = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+cuda = device.startswith("cuda")
 torch.manual_seed(0)
-dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-# Qwen3-0.6B's shape (28 layers, hidden 1024, 16/8 heads, head_dim 128), tied embeddings.
-cfg = Qwen3Config(vocab_size=151936, hidden_size=1024 if not small else 64, intermediate_size=3072 if not small else 128,
-                  num_hidden_layers=28 if not small else 2, num_attention_heads=16 if not small else 4,
-                  num_key_value_heads=8 if not small else 2, head_dim=128 if not small else 16,
-                  max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=1000000.0)
-model = Qwen3ForCausalLM(cfg).to(dtype)
-params = sum(p.numel() for p in model.parameters())
-print(f"model: {params / 1e6:.0f}M parameters, {dtype}")
+# Qwen3-0.6B's shape (28 layers, hidden 1024, 16/8 heads, head_dim 128, tied embeddings); SMALL keeps its vocabulary.
+shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=16) if small else dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                                             num_attention_heads=16, num_key_value_heads=8, head_dim=128)
+cfg = Qwen3Config(vocab_size=151936, max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=1000000.0,
+                  **shape)
+t = time.perf_counter()
+with torch.device(device):  # random init on the GPU: seconds rather than a minute on the CPU
+    model = Qwen3ForCausalLM(cfg)
 folder = os.path.join(work, "qwen3-0.6b-random")
-model.save_pretrained(folder)
-from agentrl.models.tiny import ensure_tiny_model  # a tokenizer for the folder (ids stay below its vocab)
-from transformers import AutoTokenizer
+model.to(torch.bfloat16 if cuda else torch.float32).save_pretrained(folder)
+del model
+# A tokenizer for the folder (the prompts' ids stay below its vocabulary).
 AutoTokenizer.from_pretrained(ensure_tiny_model(os.path.join(work, "tiny"))).save_pretrained(folder)
+print(f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, made and saved in {time.perf_counter() - t:.1f}s")
 
 def sync():
-    if device.startswith("cuda"):
+    if cuda:
         torch.cuda.synchronize()
 
-def mem():
-    return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else float("nan")
+def gib(x):
+    return f"{x / 2**30:.1f} GiB" if cuda else "n/a (cpu)"
 
-# --- generation through agentrl's engine (continuous batching, the sampling logprobs)
-from agentrl.inference.engine import EmbeddedEngine
-B, P, N = (64, 512, 256) if not small else (4, 16, 8)
+# --- generation through agentrl's engine (continuous batching; the sampling logprobs come back)
+# GRPO-shaped: groups of G samples share a prompt (the learner then runs each group's prompt once).
+B, G, P, N = (4, 2, 24, 8) if small else (64, 8, 512, 256)
 engine = EmbeddedEngine(folder, device=device, max_batch_sequences=B)
-prompts = [torch.randint(10, 2000, (P,)).tolist() for _ in range(B)]
+params = sum(p.numel() for p in engine.model.parameters())
+print(f"engine: {params / 1e6:.0f}M parameters, {engine.dtype} on {engine.device}")
 
-async def gen_all():
-    return await asyncio.gather(*(engine.generate(p, max_tokens=N, temperature=1.0, ignore_eos=True) for p in prompts))
+def generate(prompts, n):
+    async def all_of():
+        return await asyncio.gather(*(engine.generate(p, max_tokens=n, temperature=1.0, ignore_eos=True)
+                                      for p in prompts))
+    return asyncio.run(all_of())
 
-asyncio.run(gen_all())  # warm-up (kernels, allocator)
+def prompts_of(count):
+    return [p for _ in range(count // G) for p in [torch.randint(10, 2000, (P,)).tolist()] * G]
+
+generate(prompts_of(B), 8)  # warm-up (kernels, allocator)
 sync(); t = time.perf_counter()
-outs = asyncio.run(gen_all())
+prompts = prompts_of(B)
+outs = generate(prompts, N)
 sync(); gen_s = time.perf_counter() - t
 gen_tokens = sum(len(o.token_ids) for o in outs)
-print(f"generation: {B} sequences x {N} new tokens after {P}-token prompts: {gen_tokens / gen_s:,.0f} tokens/s "
-      f"({gen_s:.2f}s, {engine.stats.forward_passes} forward passes)")
+passes = engine.stats.forward_passes if hasattr(engine.stats, "forward_passes") else "?"
+print(f"generation: {B} sequences ({B // G} prompts x {G}) x {N} new tokens after {P}-token prompts: {gen_tokens / gen_s:,.0f} tokens/s "
+      f"({gen_s:.2f}s, {gen_s / N * 1000:.1f} ms per decode step, {passes} forward passes in all)")
+gen_peak = torch.cuda.max_memory_allocated() if cuda else 0
 
-# --- training: GRPO-style clipped loss on the generated sequences, AdamW
-policy = Qwen3ForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
-policy.gradient_checkpointing_enable()
-opt = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.0)
-seqs = torch.tensor([p + o.token_ids for p, o in zip(prompts, outs)], device=device)
-old_lp = torch.tensor([o.logprobs for o in outs], device=device, dtype=torch.float32)
-adv = torch.randn(B, device=device)
-mbs = 8 if not small else 2
+# --- training through agentrl's Learner: float32 weights on the device (bf16 autocast on CUDA), AdamW
+policy = Qwen3ForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device)
+mbs = 2 if small else 8
+learner = Learner(policy, lr=1e-6, micro_batch_samples=mbs, pad_id=engine.pad_id)
+adv = torch.randn(B).tolist()
 
-def logprobs_of(ids):
-    logits = policy(ids[:, :-1]).logits[:, P - 1:].float()
-    return torch.log_softmax(logits, -1).gather(-1, ids[:, P:, None]).squeeze(-1)
+def items_of(prompts, outs):
+    return [TrainItem(p + o.token_ids, [0] * len(p) + [1] * len(o.token_ids), [0.0] * len(p) + list(o.logprobs), a)
+            for p, o, a in zip(prompts, outs, adv)]
 
-split = {}
-def step():
-    sync(); t0 = time.perf_counter()
-    with torch.no_grad():  # the trainer's own logprobs of the rollout (old policy)
-        for i in range(0, B, mbs):
-            logprobs_of(seqs[i:i + mbs])
-    sync(); t1 = time.perf_counter()
-    for i in range(0, B, mbs):
-        lp = logprobs_of(seqs[i:i + mbs])
-        ratio = torch.exp(lp - old_lp[i:i + mbs])
-        a = adv[i:i + mbs, None]
-        loss = -torch.min(ratio * a, ratio.clamp(0.8, 1.28) * a).mean() * (mbs / B)
-        loss.backward()
-    sync(); t2 = time.perf_counter()
-    torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-    opt.step(); opt.zero_grad(set_to_none=True)
-    sync(); t3 = time.perf_counter()
-    engine.update_weights({k: v.detach() for k, v in policy.state_dict().items()})
-    sync(); t4 = time.perf_counter()
-    return {"logprobs": t1 - t0, "train": t2 - t1, "optimizer": t3 - t2, "weight push": t4 - t3}
-
-step()  # warm-up
-steps = 3 if not small else 1
+if cuda:
+    torch.cuda.reset_peak_memory_stats()
+# The first step also checks the engine against the learner: same weights, so the ratio is ~1.
+sync(); t = time.perf_counter()
+first = learner.step(items_of(prompts, outs))
+sync(); first_s = time.perf_counter() - t
+print(f"learner step 1 ({first_s:.2f}s, warm-up): approx_kl {first['train/approx_kl']:.2e}, "
+      f"clip_fraction {first['train/clip_fraction']:.3f} (engine {engine.dtype} vs learner logprobs, same weights)")
+first_push = learner.push(engine)
+steps = 1 if small else 2
+split = {"rollout": 0.0, "train step": 0.0, "weight push": 0.0}
 for _ in range(steps):
-    for k, v in step().items():
-        split[k] = split.get(k, 0.0) + v / steps
-train_tokens = B * (P + N)
-print(f"training: {train_tokens / split['train']:,.0f} tokens/s forward+backward "
-      f"({B} sequences x {P + N} tokens, micro-batch {mbs}, gradient checkpointing)")
-split = {"rollout (generation)": gen_s, **split}
+    sync(); t = time.perf_counter()
+    prompts = prompts_of(B)
+    outs = generate(prompts, N)
+    sync(); t1 = time.perf_counter()
+    learner.step(items_of(prompts, outs))
+    sync(); t2 = time.perf_counter()
+    push_s = learner.push(engine)
+    split["rollout"] += (t1 - t) / steps
+    split["train step"] += (t2 - t1) / steps
+    split["weight push"] += push_s / steps
+train_tokens = sum(len(p) + len(o.token_ids) for p, o in zip(prompts, outs))
+print(f"training: {train_tokens / split['train step']:,.0f} tokens/s forward+backward+AdamW "
+      f"({B} sequences x {P + N} tokens, {B * N / split['train step']:,.0f} loss tokens/s, micro-batch {mbs}, "
+      f"first push {first_push:.2f}s)")
 total = sum(split.values())
-print("GRPO step split: " + ", ".join(f"{k} {v:.2f}s ({100 * v / total:.0f}%)" for k, v in split.items())
+print(f"GRPO step split (mean of {steps}): " + ", ".join(f"{k} {v:.2f}s ({100 * v / total:.0f}%)" for k, v in split.items())
       + f"; total {total:.2f}s")
-print(f"peak GPU memory (torch allocator): {mem():.1f} GiB")
+train_peak = torch.cuda.max_memory_allocated() if cuda else 0
+print(f"peak GPU memory (torch allocator): generation {gib(gen_peak)}, training with the engine resident {gib(train_peak)}")
 engine.close()
 PY
 RC2=$?
