@@ -17,7 +17,9 @@ VENV="${GPU_REHEARSAL_VENV:-/tmp/agentrl-gpu-rehearsal-venv}"
 WHEELS="${GPU_REHEARSAL_WHEELS:-/tmp/agentrl-gpu-rehearsal-wheels}"
 # The image's versions where the device notes give them (scripts/gpu_image_packages.txt); torch is the local CPU
 # build (never another version: it would pull gigabytes), the rest whatever pip picks.
-PINS=(torch==2.13.0 transformers==5.17.0 tokenizers==0.23.2 huggingface-hub==1.33.0 safetensors==0.8.0)
+# typing-extensions 4.12.2 plays an image older than our closure wants (the wheels carry a newer one).
+PINS=(torch==2.13.0 transformers==5.17.0 tokenizers==0.23.2 huggingface-hub==1.33.0 safetensors==0.8.0
+  typing-extensions==4.12.2)
 started=$(date +%s)
 lap() { echo "-- $1 ($(( $(date +%s) - started ))s)"; }
 

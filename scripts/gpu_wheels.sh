@@ -15,6 +15,9 @@ LIMIT_MIB="${GPU_WHEELS_LIMIT_MIB:-48}"
 IMAGE_LIST="scripts/gpu_image_packages.txt"
 # Dependencies published as source only: built here into a pure-Python wheel first.
 SDIST_ONLY=("antlr4-python3-runtime==4.9.3")
+# Image projects carried all the same: small, backward compatible, and our closure wants a newer one than an image
+# may hold (pydantic 2.14 needs typing-extensions>=4.16). On PYTHONPATH they shadow the image's copy.
+export GPU_WHEELS_CARRY_ANYWAY="${GPU_WHEELS_CARRY_ANYWAY:-typing-extensions}"
 PLATFORMS=(--implementation cp --python-version "$PYV" --only-binary=:all:
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any)
@@ -50,7 +53,7 @@ python3 -m pip install -q --dry-run --ignore-installed --report "$TMP/report.jso
 
 # Pin the closure's projects the image lacks; list the ones it must provide.
 python3 - "$IMAGE_LIST" "$TMP" <<'PY'
-import json, re, sys
+import json, os, re, sys
 from pathlib import Path
 
 image_list, tmp = Path(sys.argv[1]), Path(sys.argv[2])
@@ -58,7 +61,8 @@ norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
 image = {norm(line.strip()) for line in image_list.read_text().splitlines() if line.strip() and not line.startswith("#")}
 closure = {(norm(i["metadata"]["name"]), i["metadata"]["version"])
            for i in json.loads((tmp / "report.json").read_text())["install"]}
-carry = sorted(f"{n}=={v}" for n, v in closure if n not in image)
+anyway = {norm(n) for n in os.environ["GPU_WHEELS_CARRY_ANYWAY"].split()}
+carry = sorted(f"{n}=={v}" for n, v in closure if n not in image or n in anyway)
 needed = sorted(n for n, _ in closure if n in image)
 (tmp / "carry.txt").write_text("\n".join(carry) + "\n")
 top = (tmp / "theirs.txt").read_text().split()
@@ -74,9 +78,9 @@ python3 -m pip download -q --no-deps --find-links "$TMP/links" "${PLATFORMS[@]}"
   2>&1 | grep -v "is ignored: it is neither" || true
 cp "$TMP/image-side.txt" "$OUT/image-side.txt"
 
-# Check: every pinned project arrived as exactly one wheel, none of them the image's.
+# Check: every pinned project arrived as exactly one wheel, none of them the image's (but those carried anyway).
 python3 - "$IMAGE_LIST" "$TMP/carry.txt" "$OUT" "$LIMIT_MIB" <<'PY'
-import re, sys
+import os, re, subprocess, sys
 from pathlib import Path
 
 image_list, carry, out, limit = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), float(sys.argv[4])
@@ -90,10 +94,15 @@ if missing := wanted - set(names):
     problems.append(f"not downloaded: {sorted(missing)}")
 if dupes := {n for n in names if names.count(n) > 1}:
     problems.append(f"two versions of: {sorted(dupes)}")
-if on_image := set(names) & image:
+if on_image := set(names) & image - {norm(n) for n in os.environ["GPU_WHEELS_CARRY_ANYWAY"].split()}:
     problems.append(f"on the image already: {sorted(on_image)}")
 size = sum(w.stat().st_size for w in wheels) / 2**20
 print(f"{len(wheels)} wheels, {size:.1f} MiB in {out}")
+# What a device call sends: the working tree (tracked and untracked-not-ignored files) plus the carried folder.
+files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True, text=True).stdout
+tree = sum(Path(f).stat().st_size for f in files.split("\0") if f and Path(f).is_file()) / 2**20
+print(f"a device call with carry=['{out}'] sends {tree:.1f} MiB of working tree + {size:.1f} MiB of wheels "
+      f"(limit 64 MiB)")
 if size > limit:
     problems.append(f"{size:.1f} MiB is over the {limit:.0f} MiB budget (the working tree travels too, 64 MiB in all)")
 if problems:
