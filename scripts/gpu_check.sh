@@ -3,13 +3,14 @@
 # and transformers:
 #   0. installs the carried wheels (.whl/, made here by scripts/gpu_wheels.sh) and stops at once when a module
 #      agentrl needs is still missing;
-#   1. the tiny recipe (gridsim_grpo) end to end on the device, a few steps, no warm start, and the mean step-time
-#      split it logged to MLflow (time/generate_s, time/train_s, time/weight_push_s);
+#   1. the tiny recipe (gridsim_grpo) end to end on the device: a short SFT warm start, 5 GRPO steps, and the mean
+#      step-time split it logged to MLflow (time/generate_s, time/train_s, time/weight_push_s);
 #   2. a ~0.6B Qwen3-architecture model made locally (random weights, nothing downloaded): generation tokens/s
 #      through agentrl's EmbeddedEngine, training tokens/s through agentrl's Learner (GRPO loss, AdamW, float32
 #      weights with bf16 autocast), peak GPU memory, and a GRPO step's split (rollout / train step / weight push).
 # Usage (the device call; see docs/miles.md "GPU check"): bash scripts/gpu_check.sh
-# CPU smoke test of the script itself: GPU_CHECK_DEVICE=cpu GPU_CHECK_SMALL=1 bash scripts/gpu_check.sh
+# CPU smoke test of the script itself (about a minute): GPU_CHECK_DEVICE=cpu GPU_CHECK_SMALL=1 bash scripts/gpu_check.sh
+# (add GPU_CHECK_NO_WHEELS=1 where every dependency is installed; scripts/gpu_rehearsal.sh plays the GPU image).
 # Knobs: GPU_CHECK_WHEELS (folder of wheels, default .whl), GPU_CHECK_NO_WHEELS=1 (install nothing),
 #        GPU_CHECK_SKIP_RECIPE=1 (part 2 only).
 set -uo pipefail
@@ -76,6 +77,9 @@ if [ -z "${GPU_CHECK_SKIP_RECIPE:-}" ]; then
   echo "python3 -m agentrl ${OVERRIDES[*]}"
   timeout "$RECIPE_TIMEOUT" python3 -m agentrl "${OVERRIDES[@]}" > "$WORK/tiny.log" 2>&1 || RC=$?
   [ "$RC" = 0 ] || tail -n 25 "$WORK/tiny.log"
+  grep -a "final eval/reward" "$WORK/tiny.log" | tail -n 1
+  # On the device, $OUT comes back to the session: the whole log is there for a failure the tail does not explain.
+  if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp "$WORK/tiny.log" "$OUT/tiny_recipe.log"; fi
   timeout 60 python3 - "$AGENTRL_HOME" <<'PY' || true
 import sqlite3, sys
 from pathlib import Path
@@ -134,6 +138,9 @@ with torch.device(device):  # random init on the GPU: seconds rather than a minu
 folder = os.path.join(work, "qwen3-0.6b-random")
 model.to(torch.bfloat16 if cuda else torch.float32).save_pretrained(folder)
 del model
+if cuda:  # the peaks below are the engine's and the learner's, not the model's making
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
 # A tokenizer for the folder (the prompts' ids stay below its vocabulary).
 AutoTokenizer.from_pretrained(ensure_tiny_model(os.path.join(work, "tiny"))).save_pretrained(folder)
 print(f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, made and saved in {time.perf_counter() - t:.1f}s")
