@@ -1,4 +1,4 @@
-"""Which torch device the engine and the trainer use, checked before anything starts."""
+"""Which torch device the engine and the trainer use (and how many CPU threads), checked before anything starts."""
 
 from __future__ import annotations
 
@@ -51,6 +51,26 @@ def check_devices(cfg: Any) -> None:
         resolve_device(str(engine_device), "inference.device")
     if "device" in cfg.get("trainer", {}):
         train_device(cfg)
+    _threads(cfg)
+
+
+def _threads(cfg: Any) -> int:
+    threads = int(cfg.get("trainer", {}).get("threads", 0) or 0)
+    if threads < 0:
+        raise DeviceError(f"trainer.threads={threads}: use a positive count, or 0 for torch's default")
+    return threads
+
+
+def set_threads(cfg: Any) -> int:
+    """Apply `trainer.threads` (torch's CPU threads for this process; 0 or absent: leave torch's default).
+
+    Returns the thread count in effect. A tiny model gains nothing from several threads per matmul, and on a
+    small box they compete with the env server and the session server, which share this process.
+    """
+    threads = _threads(cfg)
+    if threads:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 def autocast(device: torch.device) -> contextlib.AbstractContextManager:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agentrl.devices import DeviceError, autocast, check_devices, resolve_device, train_device
+from agentrl.devices import DeviceError, autocast, check_devices, resolve_device, set_threads, train_device
 from tests.conftest import run_cli
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without a GPU gives")
@@ -60,3 +60,15 @@ def test_cli_refuses_a_missing_gpu_before_any_run_starts(agentrl_home: Path, tmp
     assert "trainer.device='cuda' but torch" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (agentrl_home / "outputs" / "mlflow.db").exists()  # no MLflow run was opened
+
+
+def test_threads_apply_only_when_set_and_a_negative_count_is_refused():
+    before = torch.get_num_threads()
+    try:
+        assert set_threads(OmegaConf.create({"trainer": {"threads": 0}})) == before  # 0: torch's default stays
+        assert set_threads(OmegaConf.create({"trainer": {"threads": 1}})) == 1
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(DeviceError, match=r"trainer.threads=-2"):
+        check_devices(cfg({"device": "cpu", "threads": -2}, {"device": "cpu"}))

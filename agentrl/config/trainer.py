@@ -51,6 +51,7 @@ class GRPOTrainerConfig(TrainerConfig):
     max_extra_rows: int = 16  # rows drawn beyond prompts_per_step per step to replace filtered groups
     checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id>
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device (SGLang: cuda when there)
+    threads: int = 0  # torch CPU threads for the GRPO loop (after the warm start); 0: torch's default
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
 
@@ -67,6 +68,7 @@ class SFTTrainerConfig(TrainerConfig):
     eval_every: int = 250
     eval_temperature: float = 1.1  # sampled eval; a greedy-decoded eval is reported beside it at the end
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device
+    threads: int = 0  # torch CPU threads in this process; 0: torch's default
     output_dir: str | None = None  # null: <paths.checkpoint_dir>/sft/<bundle>-<teacher>-s<steps>-<settings hash>
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from agentrl.devices import train_device
+from agentrl.devices import set_threads, train_device
 from agentrl.rewards import keep_scored_groups
 from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.evaluate import evaluate
@@ -145,8 +145,11 @@ class GRPOTrainer:
         if t.resume and resume_from is None:
             log.warning("trainer.resume=true but no checkpoint under %s: starting fresh", self.root)
         start_path = str(resume_from / "model") if resume_from else self._warm_start()
+        # After the warm start: SFT's large batches want every core, the rollout loop may want fewer.
+        threads = set_threads(cfg)
         self.tokenizer = AutoTokenizer.from_pretrained(start_path)
         device = train_device(cfg)
+        log.info("GRPO: learner on %s, %d torch CPU threads", device, threads)
         model = AutoModelForCausalLM.from_pretrained(start_path, dtype=torch.float32).eval().to(device)
         self.learner = make_learner(t, model, self.tokenizer)
         for p in self.policies:  # a trained role model resumes from the checkpoint's copy

@@ -25,7 +25,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from agentrl.devices import autocast, model_device, train_device
+from agentrl.devices import autocast, model_device, set_threads, train_device
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,7 @@ class SFTTrainer:
         from agentrl.trainers.services import start_services
 
         cfg, t = self.cfg, self.cfg.trainer
+        set_threads(cfg)
         metrics = run_sft(cfg, self.plan, self.output_dir, t, eval_every=int(t.eval_every), tracker=self.tracker)
         services = start_services(cfg, self.plan, str(self.output_dir))
         try:
