@@ -1,0 +1,100 @@
+"""`trainer.threads`: the flagship recipe's GRPO step and its SFT step with torch's default threads vs one.
+
+    python benchmarks/bench_threads.py --warm-start PATH     # an SFT folder to start GRPO from (else made: ~5 min)
+    python benchmarks/bench_threads.py --rounds 2 --grpo-steps 25 --sft-steps 200
+
+Runs `python -m agentrl` as a user would, alternating the two settings (`trainer.threads=0`, torch's default,
+and `trainer.threads=1`) so that both see the same machine load, and reads each run's step times back from its
+own MLflow store: the GRPO step's mean (step 1 left out: warm-up) split into generate and train, and the SFT
+run's seconds for its steps (from its progress bar). Prints the mean of each setting and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def agentrl(home: Path, args: list[str]) -> str:
+    proc = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, capture_output=True, text=True,
+                          env={**_environ(), "AGENTRL_HOME": str(home)}, timeout=3600)
+    if proc.returncode != 0:
+        sys.exit(f"agentrl {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return proc.stdout + proc.stderr
+
+
+def _environ() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("OMP_NUM_THREADS", None)  # the setting under test decides
+    return env
+
+
+def grpo_step_times(home: Path) -> dict[str, float]:
+    """Mean seconds of a GRPO step and its parts, steps 2.. (one run, its own MLflow store)."""
+    con = sqlite3.connect(next(home.rglob("mlflow.db")))
+    out = {}
+    for key in ("time/step_s", "time/generate_s", "time/train_s"):
+        values = [v for (v,) in con.execute("SELECT value FROM metrics WHERE key = ? AND step > 1", (key,))]
+        out[key.removeprefix("time/").removesuffix("_s")] = statistics.fmean(values)
+    return out
+
+
+def sft_seconds(log: str, steps: int) -> float:
+    """The SFT progress bar's elapsed time at its last step ("200/200 [01:05<...")."""
+    found = re.findall(rf"{steps}/{steps} \[(\d+):(\d+)", log)
+    if not found:
+        sys.exit("no finished SFT progress bar in the run's output")
+    minutes, seconds = found[-1]
+    return 60 * int(minutes) + int(seconds)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--warm-start", help="SFT folder GRPO starts from (default: the recipe's, made once)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--grpo-steps", type=int, default=25)
+    ap.add_argument("--sft-steps", type=int, default=200)
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="agentrl-bench-threads-"))
+    warm = args.warm_start
+    if warm is None:  # one warm start for every GRPO run: made by the recipe, found by its settings hash
+        agentrl(root / "warm", ["+recipe=gridsim_grpo", "trainer.steps=0", "trainer.eval_limit=4"])
+        warm = str(next((root / "warm").rglob("checkpoints/sft/*/config.json")).parent)
+    grpo: dict[int, list[dict[str, float]]] = {0: [], 1: []}
+    sft: dict[int, list[float]] = {0: [], 1: []}
+    for r in range(args.rounds):
+        for threads in (0, 1):
+            home = root / f"grpo-{r}-{threads}"
+            agentrl(home, ["+recipe=gridsim_grpo", f"trainer.threads={threads}", f"trainer.steps={args.grpo_steps}",
+                           "trainer.eval_every=0", "trainer.eval_limit=8", "trainer.checkpoint_every=0",
+                           f"trainer.warm_start.checkpoint={warm}"])
+            grpo[threads].append(grpo_step_times(home))
+            log = agentrl(root / f"sft-{r}-{threads}", [
+                "+recipe=gridsim_sft", f"trainer.threads={threads}", f"trainer.steps={args.sft_steps}",
+                "trainer.eval_every=0", "trainer.eval_limit=8", "trainer.augment=0"])
+            sft[threads].append(sft_seconds(log, args.sft_steps))
+            print(f"round {r + 1}, threads={threads}: GRPO {grpo[threads][-1]}, SFT {sft[threads][-1]:.0f}s", flush=True)
+
+    def mean(runs: list[dict[str, float]], key: str) -> float:
+        return statistics.fmean(run[key] for run in runs)
+
+    print(f"\nGRPO step (mean of steps 2-{args.grpo_steps}, {args.rounds} runs each), s: default threads -> 1 thread")
+    for key in ("step", "generate", "train"):
+        a, b = mean(grpo[0], key), mean(grpo[1], key)
+        print(f"  {key:9s} {a:.3f} -> {b:.3f}  ({a / b:.2f}x)")
+    a, b = statistics.fmean(sft[0]), statistics.fmean(sft[1])
+    print(f"SFT, {args.sft_steps} steps of 32 transcripts, s: default threads {a:.0f} -> 1 thread {b:.0f}  ({a / b:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
