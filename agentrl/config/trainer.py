@@ -102,6 +102,9 @@ class MilesTrainerConfig(TrainerConfig):
     tool_call_parser: str | None = None  # null: inference.tool_call_parser
     reasoning_parser: str | None = "qwen3"  # SGLang's; null: none
     tito_model: str = "qwen3"  # Miles' token-in/token-out family for the session server
+    # Roles an agent may append after a model turn (--tito-allowed-append-roles): tool results, and the user
+    # turns of multi-turn tasks and of the thinker/verifier pattern.
+    append_roles: list[str] = field(default_factory=lambda: ["tool", "user"])
     chat_template_path: str | None = None  # null: the family's fixed template from miles-tito-tokenizers
     reward_hook: str = "agentrl.rewards.reward_func"  # --custom-rm-path
     group_filter: str = "agentrl.rewards.filter_scored_groups"  # --dynamic-sampling-filter-path

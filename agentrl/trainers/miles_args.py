@@ -23,13 +23,28 @@ REFACTOR_ENV = "MILES_EXPERIMENTAL_ROLLOUT_REFACTOR"
 # dataset "reward" makes it `eval/reward`, the objective every agentrl trainer reports.
 EVAL_DATASET_NAME = "reward"
 # Families whose fixed (prefix-stable) chat template Miles' wheel forgets to ship; the same files are in
-# the miles-tito-tokenizers package. Tool-only appends; tests check this table against Miles' resolver.
+# the miles-tito-tokenizers package. Tests check this table against Miles' resolver.
 FIXED_TEMPLATES = {
     "qwen3": "qwen3_fixed.jinja",
     "qwen35": "qwen3.5_fixed.jinja",
     "qwennext": "qwen3_thinking_2507_and_next_fixed.jinja",
     "kimi25": "kimi_k25_fixed.jinja",
 }
+# The role sets each of those templates supports, with the kwargs Miles' resolver would merge into
+# --apply-chat-template-kwargs for them: it skips that merge once --chat-template-path is explicit, which the
+# missing templates force on us. Keys are the sorted roles joined by commas.
+TEMPLATE_KWARGS: dict[str, dict[str, dict[str, Any]]] = {
+    "qwen3": {"tool": {}, "tool,user": {"clear_thinking": False}},
+    "qwen35": {"tool": {}, "tool,user": {"clear_thinking": False}},
+    "qwennext": {"tool": {}, "tool,user": {"clear_thinking": False}},
+    "kimi25": {"tool": {"preserve_thinking": True}, "tool,user": {"preserve_thinking": True}},
+}
+APPEND_ROLES = ("tool", "user", "system")
+
+
+def roles_key(roles: Any) -> str:
+    """`trainer.append_roles` as TEMPLATE_KWARGS keys them: sorted, deduplicated, comma-joined."""
+    return ",".join(sorted({str(r) for r in roles}))
 TEMPLATES_PACKAGE = "miles_tito_tokenizers"
 BACKENDS = ("megatron", "fsdp")
 
@@ -135,6 +150,16 @@ def check_config(cfg: Any) -> None:
             "trainer.train_backend=fsdp is disabled in miles-rl 0.0.2 (it refuses to run without --ci-test, "
             "which also turns on CI assertions); use train_backend=megatron, or add '--ci-test' to "
             "trainer.extra_args knowingly")
+    roles = [str(r) for r in t.append_roles]
+    if "tool" not in roles or set(roles) - set(APPEND_ROLES):
+        raise MilesConfigError(
+            f"trainer.append_roles={roles}: name roles among {list(APPEND_ROLES)}, tool included (every agent "
+            "appends tool results)")
+    supported = TEMPLATE_KWARGS.get(t.tito_model, {})
+    if supported and not t.chat_template_path and roles_key(roles) not in supported:
+        raise MilesConfigError(
+            f"trainer.append_roles={roles}: the fixed {t.tito_model} template supports only "
+            f"{[k.split(',') for k in supported]} (or give trainer.chat_template_path)")
     if t.megatron_to_hf_mode not in ("bridge", "raw"):
         raise MilesConfigError(f"trainer.megatron_to_hf_mode must be bridge or raw, got {t.megatron_to_hf_mode!r}")
     if t.steps and t.eval_every < 0:
@@ -255,9 +280,13 @@ def build_argv(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) ->
     a += ["--custom-generate-function-path", GENERATE_FUNCTION, "--custom-agent-function-path", t.agent_function,
           "--custom-rm-path", t.reward_hook, "--dynamic-sampling-filter-path", t.group_filter,
           "--use-session-server", "--tito-model", t.tito_model]
+    a += ["--tito-allowed-append-roles", *roles_key(t.append_roles).split(",")]
     template = t.chat_template_path or fixed_chat_template(t.tito_model)
     if template:
         a += ["--chat-template-path", str(template)]
+    kwargs = {} if t.chat_template_path else TEMPLATE_KWARGS.get(t.tito_model, {}).get(roles_key(t.append_roles))
+    if kwargs:
+        a += ["--apply-chat-template-kwargs", json.dumps(kwargs)]
     if t.max_seq_len:
         a += ["--max-seq-len", str(t.max_seq_len)]
     # SGLang.

@@ -14,6 +14,8 @@ task 2 answers wrongly at once (reward 0, a valid group that must be kept).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import re
 
 import pytest
@@ -54,11 +56,12 @@ def policy(messages: list[dict]) -> dict:
     return {"content": answer}
 
 
-def miles_args(model: str, rows: dict, sglang_url: str, session_port: int) -> argparse.Namespace:
+def miles_args(model: str, rows: dict, sglang_url: str, session_port: int, roles: tuple[str, ...] = ("tool",),
+               template_kwargs: dict | None = None) -> argparse.Namespace:
     """The subset of Miles' parsed arguments this path reads (parse_args itself needs the GPU stack)."""
     host, port = sglang_url.removeprefix("http://").split(":")
     return argparse.Namespace(
-        hf_checkpoint=model, chat_template_path=None, apply_chat_template=False, apply_chat_template_kwargs={},
+        hf_checkpoint=model, chat_template_path=None, apply_chat_template=False, apply_chat_template_kwargs=template_kwargs or {},
         prompt_data=str(rows["train"]), input_key="messages", metadata_key="metadata", label_key=None,
         tool_key="tools", multimodal_keys=None, rollout_max_prompt_len=None, rollout_seed=0, rollout_shuffle=False,
         rollout_global_dataset=True, dump_details=None, n_samples_per_prompt=2, rollout_batch_size=2,
@@ -69,7 +72,7 @@ def miles_args(model: str, rows: dict, sglang_url: str, session_port: int) -> ar
         custom_generate_function_path=GENERATE_FUNCTION, custom_agent_function_path="agentrl.agents.tool_calling.run",
         custom_rm_path="agentrl.rewards.reward_func", dynamic_sampling_filter_path="agentrl.rewards.filter_scored_groups",
         generate_multi_samples=False, use_session_server=True, session_server_ip="127.0.0.1",
-        session_server_port=session_port, tito_model="qwen3", tito_allowed_append_roles=["tool"],
+        session_server_port=session_port, tito_model="qwen3", tito_allowed_append_roles=sorted(roles),
         use_rollout_routing_replay=False, miles_router_timeout=None, group_rm=False, partial_rollout=False,
         mask_offpolicy_in_partial_rollout=False, rm_type=None, reward_key=None, rollout_sample_filter_path=None,
         rollout_all_samples_process_path=None, recompute_logprobs_via_prefill=False, dumper_enable=False, dumper_inference=[],
@@ -77,21 +80,20 @@ def miles_args(model: str, rows: dict, sglang_url: str, session_port: int) -> ar
     )
 
 
-@pytest.fixture
-def world(tmp_path, tiny_model_path, stand_in_sglang, monkeypatch):
-    """Env server + rows + stand-in SGLang + Miles' session server, all on loopback."""
-    monkeypatch.setenv(REFACTOR_ENV, "1")
-    with serve_in_background(build_app(EchoBundle(train=3, eval=1), max_concurrent_envs=8)) as env_url:
+@contextlib.contextmanager
+def running_world(tmp_path, tiny_model_path, stand_in_sglang, bundle, scripted, **args_kw):
+    """Env server (serving `bundle`) + rows + stand-in SGLang (playing `scripted`) + Miles' session server."""
+    with serve_in_background(build_app(bundle, max_concurrent_envs=8)) as env_url:
         rows = write_rows(env_url, tmp_path / "rows", max_turns=3, tool_timeout=10)
         from transformers import AutoTokenizer
 
-        sglang = stand_in_sglang(tokenizer=AutoTokenizer.from_pretrained(tiny_model_path), policy=policy)
+        sglang = stand_in_sglang(tokenizer=AutoTokenizer.from_pretrained(tiny_model_path), policy=scripted)
         import socket
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        args = miles_args(tiny_model_path, rows, sglang.url, port)
+        args = miles_args(tiny_model_path, rows, sglang.url, port, **args_kw)
         session = SessionServer(args, sglang.url)
         from agentrl.envs.server import start_server_in_thread
 
@@ -100,6 +102,14 @@ def world(tmp_path, tiny_model_path, stand_in_sglang, monkeypatch):
             yield args, sglang, rows
         finally:
             stop()
+
+
+@pytest.fixture
+def world(tmp_path, tiny_model_path, stand_in_sglang, monkeypatch):
+    """Env server + rows + stand-in SGLang + Miles' session server, all on loopback."""
+    monkeypatch.setenv(REFACTOR_ENV, "1")
+    with running_world(tmp_path, tiny_model_path, stand_in_sglang, EchoBundle(train=3, eval=1), policy) as w:
+        yield w
 
 
 async def test_miles_rollout_keeps_scored_groups_and_counts_agentenv_failures(world, monkeypatch):
@@ -183,3 +193,50 @@ def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
             runs.append((mask[start], start, i))
             start = i
     return runs
+
+
+def answer_every_turn(messages: list[dict]) -> dict:
+    """A model that ends each turn with the reply the latest user turn asks for."""
+    user = [m["content"] for m in messages if m["role"] == "user"][-1]
+    return {"content": TASK.search(user).group(1)}
+
+
+@pytest.fixture
+def multi_turn_world(tmp_path, tiny_model_path, stand_in_sglang, monkeypatch):
+    """A two-turn echo task; Miles' session server set up as `trainer=miles`' default config launches it."""
+    import json
+
+    from agentrl.trainers.miles_args import build_launch
+    from tests.miles.test_miles_args import ctx, flags, make_cfg
+
+    monkeypatch.setenv(REFACTOR_ENV, "1")
+    f = flags(build_launch(make_cfg(), ctx(tmp_path / "launch"), model_args=[]).argv)
+    roles, kwargs = tuple(f["--tito-allowed-append-roles"]), json.loads(f["--apply-chat-template-kwargs"][0])
+    with running_world(tmp_path, tiny_model_path, stand_in_sglang, EchoBundle(train=2, eval=1, turns=2),
+                       answer_every_turn, roles=roles, template_kwargs=kwargs) as (args, sglang, _):
+        yield args, sglang
+
+
+async def test_multi_turn_task_appends_user_turns_under_the_default_roles(multi_turn_world, monkeypatch):
+    """A two-turn task appends the env's next prompt as a user turn. Miles' session server takes it only when
+    --tito-allowed-append-roles names user (its own default is tool alone: a 400 that flags the episode, and
+    Miles' loop would then draw groups forever); trainer.append_roles' default does, with the fixed qwen3
+    template's kwargs."""
+    import httpx
+    from miles.rollout.data_source import RolloutDataSource
+
+    args, sglang = multi_turn_world
+    assert args.tito_allowed_append_roles == ["tool", "user"]
+    monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=60))
+    args.rollout_batch_size = args.over_sampling_batch_size = 1
+    state = GenerateState(args)
+    output, _ = await asyncio.wait_for(generate_rollout_async(state, 0, RolloutDataSource(args).get_samples), 60)
+    assert output.metrics == {}
+    (group,) = output.samples
+    for sample in group:
+        assert sample.reward == 1.0 and "agentenv_failure" not in sample.metadata
+        assert [v for v, _, _ in _runs(sample.loss_mask)] == [1, 0, 1]  # both replies trained, the user turn not
+        assert sample.metadata.get("tito_session_mismatch") == []
+    chats = [b for p, b in sglang.calls if p == "/v1/chat/completions"]
+    assert len(chats) == 4  # two turns for each of the group's two samples
+    assert sorted(len([m for m in b["messages"] if m["role"] == "user"]) for b in chats) == [1, 1, 2, 2]

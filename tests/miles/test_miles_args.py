@@ -18,11 +18,13 @@ from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.trainers.miles import MilesTrainer, MilesUnavailable, project_root, require_gpus, require_miles
 from agentrl.trainers.miles_args import (
     FIXED_TEMPLATES,
+    TEMPLATE_KWARGS,
     LaunchContext,
     MilesConfigError,
     build_launch,
     check_config,
     megatron_model_args,
+    roles_key,
 )
 from agentrl.trainers.miles_launcher import worker_env
 from tests.conftest import run_cli
@@ -170,6 +172,34 @@ def test_fixed_template_table_agrees_with_miles():
             continue
         path, _ = resolve_fixed_chat_template(family.value, ["tool"])
         assert (Path(path).name if path else None) == FIXED_TEMPLATES.get(family.value), family.value
+    # For the families whose template we pass explicitly: the role sets Miles supports and the kwargs it would
+    # merge for them are the table's; every other role set is one Miles refuses.
+    for family, rows in TEMPLATE_KWARGS.items():
+        for roles in (["tool"], ["tool", "user"], ["tool", "system"], ["tool", "user", "system"]):
+            if roles_key(roles) in rows:
+                path, kwargs = resolve_fixed_chat_template(family, roles)
+                assert Path(path).name == FIXED_TEMPLATES[family] and kwargs == rows[roles_key(roles)], (family, roles)
+            else:
+                with pytest.raises(ValueError, match="No SUPPORTED_TEMPLATES row"):
+                    resolve_fixed_chat_template(family, roles)
+
+
+def test_append_roles_reach_miles_with_the_templates_kwargs(tmp_path):
+    f = flags(build_launch(make_cfg(append_roles=["tool"]), ctx(tmp_path), model_args=[]).argv)
+    assert f["--tito-allowed-append-roles"] == ["tool"] and "--apply-chat-template-kwargs" not in f
+    f = flags(build_launch(make_cfg(append_roles=["user", "tool"]), ctx(tmp_path), model_args=[]).argv)
+    assert f["--tito-allowed-append-roles"] == ["tool", "user"]
+    assert json.loads(f["--apply-chat-template-kwargs"][0]) == {"clear_thinking": False}
+    # A template of the user's own: its kwargs are the user's business (trainer.extra_args).
+    f = flags(build_launch(make_cfg(chat_template_path="/t"), ctx(tmp_path), model_args=[]).argv)
+    assert f["--chat-template-path"] == ["/t"] and "--apply-chat-template-kwargs" not in f
+    with pytest.raises(MilesConfigError, match="tool included"):
+        check_config(make_cfg(append_roles=["user"]))
+    with pytest.raises(MilesConfigError, match="tool included"):
+        check_config(make_cfg(append_roles=["tool", "assistant"]))
+    with pytest.raises(MilesConfigError, match=r"fixed qwen3 template supports only \[\['tool'\], \['tool', 'user'\]\]"):
+        check_config(make_cfg(append_roles=["tool", "system"]))
+    check_config(make_cfg(append_roles=["tool", "system"], chat_template_path="/t"))
 
 
 def test_fit_refuses_without_miles_or_gpus(monkeypatch):
