@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -116,10 +118,46 @@ def keep_scored_groups(args: Any, samples: Any, **kwargs: Any) -> bool:
     return not any(sample_failed(s) for s in _flatten(samples))
 
 
+# Miles' rollout loop draws groups until enough are kept: when every episode fails (a dead env server, a
+# refused append) it would draw forever. The filter stops it after this many drops in a row.
+MAX_DROPS_ENV = "AGENTRL_MAX_DROPS_IN_A_ROW"
+DEFAULT_MAX_DROPS = 1000
+
+
+class AllGroupsFailing(RuntimeError):
+    """Every group for too long was dropped as agentenv_failed: the rollouts cannot succeed."""
+
+
+_drops = {"in_a_row": 0}
+_drops_lock = threading.Lock()
+
+
+def _failure_of(samples: Any) -> str:
+    for s in _flatten(samples):
+        metadata = _get(s, "metadata") or {}
+        if metadata.get("agentenv_failure"):
+            return f"{metadata['agentenv_failure']}: {metadata.get('agentenv_error') or 'no detail'}"
+    return "a rollout without a reward (aborted, or the agent returned none)"
+
+
 def filter_scored_groups(args: Any, samples: Any, **kwargs: Any) -> Any:
     """`keep_scored_groups` as Miles' `DynamicFilterOutput(keep, reason="agentenv_failed")`, so Miles counts
-    drops under `rollout/dynamic_filter/drop_agentenv_failed`. For `--dynamic-sampling-filter-path`."""
+    drops under `rollout/dynamic_filter/drop_agentenv_failed`. For `--dynamic-sampling-filter-path`.
+
+    Raises `AllGroupsFailing` once more than $AGENTRL_MAX_DROPS_IN_A_ROW (1000) groups in a row were dropped.
+    """
     keep = keep_scored_groups(args, samples, **kwargs)
+    limit = int(os.environ.get(MAX_DROPS_ENV) or DEFAULT_MAX_DROPS)
+    with _drops_lock:
+        _drops["in_a_row"] = 0 if keep else _drops["in_a_row"] + 1
+        dropped = _drops["in_a_row"]
+        if dropped > limit:
+            _drops["in_a_row"] = 0
+    if dropped > limit:
+        raise AllGroupsFailing(
+            f"{dropped} groups in a row were dropped as {FAILED_REASON}, the last for {_failure_of(samples)}; "
+            f"no rollout is succeeding, so training cannot go on (check the env server and the agent; "
+            f"trainer.max_drops_in_a_row sets the limit)")
     return _dynamic_filter_output_cls()(keep=keep, reason=None if keep else FAILED_REASON)
 
 

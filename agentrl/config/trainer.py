@@ -108,6 +108,7 @@ class MilesTrainerConfig(TrainerConfig):
     chat_template_path: str | None = None  # null: the family's fixed template from miles-tito-tokenizers
     reward_hook: str = "agentrl.rewards.reward_func"  # --custom-rm-path
     group_filter: str = "agentrl.rewards.filter_scored_groups"  # --dynamic-sampling-filter-path
+    max_drops_in_a_row: int = 1000  # the group filter stops the run after more dropped groups in a row
     agent_function: str = "agentrl.agents.tool_calling.run"  # --custom-agent-function-path
     save_dir: str | None = None  # null: under the run's output folder
     extra_args: list[str] = field(default_factory=list)  # passed to Miles verbatim, last

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from agentrl.rewards import MAX_DROPS_ENV
+
 LAUNCHER_MODULE = "agentrl.trainers.miles_launcher"
 GENERATE_FUNCTION = "miles.rollout.generate_hub.agentic_tool_call.generate"
 # Miles 0.0.2 registers --custom-agent-function-path (and the new rollout path) only under this flag.
@@ -115,7 +117,8 @@ def check_config(cfg: Any) -> None:
     """Every check that needs no GPU and no Miles: batch sizes, KL, placement, backend."""
     t = cfg.trainer
     for key in ("prompts_per_step", "samples_per_prompt", "global_batch_size", "steps", "gpus_per_node",
-                "num_nodes", "rollout_gpus_per_engine", "tensor_parallel", "max_response_tokens"):
+                "num_nodes", "rollout_gpus_per_engine", "tensor_parallel", "max_response_tokens",
+                "max_drops_in_a_row"):
         if int(t[key]) < 1:
             raise MilesConfigError(f"trainer.{key} must be >= 1, got {t[key]}")
     if t.prompts_per_step * t.samples_per_prompt != t.global_batch_size:
@@ -329,4 +332,5 @@ def build_env(ctx: LaunchContext) -> tuple[dict[str, str], set[str]]:
 def build_launch(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) -> MilesLaunch:
     """The whole launch: argv and environment."""
     env, secret = build_env(ctx)
+    env[MAX_DROPS_ENV] = str(int(cfg.trainer.max_drops_in_a_row))  # read by the group filter in the workers
     return MilesLaunch(build_argv(cfg, ctx, model_args=model_args), env, secret)

@@ -90,6 +90,22 @@ def test_group_filter_drops_flagged_and_unrewarded_groups():
     assert filter_scored_groups(None, good) == DynamicFilterOutput(keep=True, reason=None)
 
 
+def test_group_filter_stops_a_run_whose_every_group_fails(monkeypatch):
+    from agentrl import rewards
+
+    monkeypatch.setitem(rewards._drops, "in_a_row", 0)
+    monkeypatch.setenv(rewards.MAX_DROPS_ENV, "3")
+    good = [miles_sample(1.0, reward=1.0)]
+    flagged = [miles_sample(0.0, reward=0.0, agentenv_failure="env_error", agentenv_error="connection refused")]
+    for _ in range(3):
+        assert not filter_scored_groups(None, flagged).keep
+    assert filter_scored_groups(None, good).keep  # a kept group starts the count again
+    for _ in range(3):
+        filter_scored_groups(None, flagged)
+    with pytest.raises(rewards.AllGroupsFailing, match=r"4 groups in a row .* env_error: connection refused"):
+        filter_scored_groups(None, flagged)
+
+
 async def test_miles_reward_hook_handles_one_sample_and_a_list():
     assert await reward_func(None, miles_sample(None, reward=0.75)) == 0.75
     batch = [miles_sample(None, reward=0.5), miles_sample(None, reward=1.0, agentenv_failure="deploy"),

@@ -202,19 +202,43 @@ def answer_every_turn(messages: list[dict]) -> dict:
 
 
 @pytest.fixture
-def multi_turn_world(tmp_path, tiny_model_path, stand_in_sglang, monkeypatch):
-    """A two-turn echo task; Miles' session server set up as `trainer=miles`' default config launches it."""
+def multi_turn_world(request, tmp_path, tiny_model_path, stand_in_sglang, monkeypatch):
+    """A two-turn echo task; Miles' session server set up as `trainer=miles` launches it (the default config,
+    or the trainer settings `request.param` gives)."""
     import json
 
     from agentrl.trainers.miles_args import build_launch
     from tests.miles.test_miles_args import ctx, flags, make_cfg
 
     monkeypatch.setenv(REFACTOR_ENV, "1")
-    f = flags(build_launch(make_cfg(), ctx(tmp_path / "launch"), model_args=[]).argv)
-    roles, kwargs = tuple(f["--tito-allowed-append-roles"]), json.loads(f["--apply-chat-template-kwargs"][0])
+    launch = build_launch(make_cfg(**getattr(request, "param", {})), ctx(tmp_path / "launch"), model_args=[])
+    for name in ("AGENTRL_MAX_DROPS_IN_A_ROW",):  # what the launcher's Ray workers would get
+        monkeypatch.setenv(name, launch.env[name])
+    f = flags(launch.argv)
+    roles = tuple(f["--tito-allowed-append-roles"])
+    kwargs = json.loads(f["--apply-chat-template-kwargs"][0]) if "--apply-chat-template-kwargs" in f else {}
     with running_world(tmp_path, tiny_model_path, stand_in_sglang, EchoBundle(train=2, eval=1, turns=2),
                        answer_every_turn, roles=roles, template_kwargs=kwargs) as (args, sglang, _):
         yield args, sglang
+
+
+@pytest.mark.parametrize("multi_turn_world", [{"append_roles": ["tool"], "max_drops_in_a_row": 3}], indirect=True)
+async def test_a_run_whose_every_group_fails_stops_with_the_reason(multi_turn_world, monkeypatch):
+    """With tool appends only, every two-turn episode is refused at its user turn: instead of Miles drawing
+    groups forever, the group filter stops the rollout after max_drops_in_a_row drops, saying why."""
+    import httpx
+    from miles.rollout.data_source import RolloutDataSource
+
+    from agentrl import rewards
+
+    monkeypatch.setitem(rewards._drops, "in_a_row", 0)
+    args, sglang = multi_turn_world
+    assert args.tito_allowed_append_roles == ["tool"]
+    monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=60))
+    args.rollout_batch_size = args.over_sampling_batch_size = 1
+    state = GenerateState(args)
+    with pytest.raises(rewards.AllGroupsFailing, match=r"4 groups in a row were dropped as agentenv_failed"):
+        await asyncio.wait_for(generate_rollout_async(state, 0, RolloutDataSource(args).get_samples), 60)
 
 
 async def test_multi_turn_task_appends_user_turns_under_the_default_roles(multi_turn_world, monkeypatch):
