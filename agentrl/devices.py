@@ -38,17 +38,18 @@ def train_device(cfg: Any) -> torch.device:
     want = str(cfg.trainer.get("device", "auto") or "auto")
     if want != "auto":
         return resolve_device(want, "trainer.device")
-    engine_device = cfg.get("inference", {}).get("device")
-    if engine_device:
-        return resolve_device(str(engine_device), "inference.device")
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return _engine_device(cfg) or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _engine_device(cfg: Any) -> torch.device | None:
+    """The embedded engine's device (None for an engine without one, e.g. SGLang)."""
+    name = cfg.get("inference", {}).get("device")
+    return resolve_device(str(name), "inference.device") if name else None
 
 
 def check_devices(cfg: Any) -> None:
     """Raise `DeviceError` now for a device the run would fail on later (the engine's, the trainer's)."""
-    engine_device = cfg.get("inference", {}).get("device")
-    if engine_device:
-        resolve_device(str(engine_device), "inference.device")
+    _engine_device(cfg)
     if "device" in cfg.get("trainer", {}):
         train_device(cfg)
     _threads(cfg)

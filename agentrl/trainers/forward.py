@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from agentrl.devices import autocast
+
 # A shared prefix shorter than this is not worth a second forward call.
 MIN_SHARED_PREFIX = 16
 
@@ -37,8 +39,14 @@ def next_token_logits(model: Any, ids: torch.Tensor, attn: torch.Tensor, start: 
     Positions before `start` feed attention but get no vocabulary-wide head. With `share_prefix`, the leading
     tokens all rows share (up to `start`) run once, at batch size 1, and their key/value cache is repeated
     across the batch; gradients flow back through the repeat, so the loss and its gradient are those of the
-    plain forward pass (to float rounding).
+    plain forward pass (to float rounding). On CUDA it runs under bf16 autocast.
     """
+    with autocast(ids.device):  # the training forward runs in bf16 on CUDA (float32 weights stay)
+        return _next_token_logits(model, ids, attn, start, share_prefix)
+
+
+def _next_token_logits(model: Any, ids: torch.Tensor, attn: torch.Tensor, start: int,
+                       share_prefix: bool) -> torch.Tensor:
     width = ids.shape[1]
     start = max(0, min(int(start), width - 1))
     prefix = min(shared_prefix_length(ids, attn), start) if share_prefix else 0

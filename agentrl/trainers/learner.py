@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from agentrl.devices import autocast, model_device
+from agentrl.devices import model_device
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 from agentrl.trainers.grpo_math import group_advantages, policy_loss, token_logprobs
 
@@ -90,14 +90,12 @@ class Learner:
             # Prompt positions before the first model token need no logits.
             first = first_loss_column(mask)
             mask, old, targets = mask[:, first:], old[:, first:], ids[:, first + 1:]
-            with autocast(self.device):
-                logits = next_token_logits(self.model, ids, attn, first)
-            logp = token_logprobs(logits, targets, self.temperature)
+            logp = token_logprobs(next_token_logits(self.model, ids, attn, first), targets, self.temperature)
             ref = None
             if self.reference is not None:
-                with torch.no_grad(), autocast(self.device):
-                    ref_logits = next_token_logits(self.reference, ids, attn, first)
-                ref = token_logprobs(ref_logits, targets, self.temperature)
+                with torch.no_grad():
+                    ref = token_logprobs(next_token_logits(self.reference, ids, attn, first), targets,
+                                         self.temperature)
             out = policy_loss(logp, old, adv, mask, clip_low=self.clip_low, clip_high=self.clip_high,
                               ref_logprobs=ref, kl_coef=self.kl_coef, normalizer=total)
             out.loss.backward()

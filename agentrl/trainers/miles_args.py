@@ -42,13 +42,13 @@ TEMPLATE_KWARGS: dict[str, dict[str, dict[str, Any]]] = {
     "kimi25": {"tool": {"preserve_thinking": True}, "tool,user": {"preserve_thinking": True}},
 }
 APPEND_ROLES = ("tool", "user", "system")
+TEMPLATES_PACKAGE = "miles_tito_tokenizers"
+BACKENDS = ("megatron", "fsdp")
 
 
 def roles_key(roles: Any) -> str:
     """`trainer.append_roles` as TEMPLATE_KWARGS keys them: sorted, deduplicated, comma-joined."""
     return ",".join(sorted({str(r) for r in roles}))
-TEMPLATES_PACKAGE = "miles_tito_tokenizers"
-BACKENDS = ("megatron", "fsdp")
 
 
 class MilesConfigError(ValueError):

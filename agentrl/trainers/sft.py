@@ -25,7 +25,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from agentrl.devices import autocast, model_device, set_threads, train_device
+from agentrl.devices import model_device, set_threads, train_device
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 
 log = logging.getLogger(__name__)
@@ -97,9 +97,7 @@ def sft_loss(model: Any, batch: list[tuple[list[int], list[int]]], pad_id: int) 
     device = model_device(model)
     ids, attn, targets = (t.to(device, non_blocking=True) for t in sft_batch(batch, pad_id))
     first = first_loss_column(targets != -100)  # the prompt before it needs no logits
-    with autocast(device):
-        logits = next_token_logits(model, ids, attn, first)
-    logits = logits.float()
+    logits = next_token_logits(model, ids, attn, first).float()
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[:, first:].reshape(-1),
                                              ignore_index=-100)
 

@@ -20,8 +20,12 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
+from omegaconf import OmegaConf
 
+from agentrl.config.inference import SGLangInferenceConfig
+from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.envs.server import serve_in_background
+from agentrl.trainers.miles_args import LaunchContext
 
 IM_END = "<|im_end|>"
 
@@ -160,3 +164,35 @@ def tiny_model_path() -> str:
 
 def tool_call(name: str, arguments: dict, call_id: str) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+# -- trainer=miles configs and launch arguments, for the mapping tests and the rollout tests
+
+def make_cfg(**trainer: Any) -> Any:
+    """A trainer=miles config (Qwen3-4B path, SGLang inference) with `trainer` settings overridden."""
+    return OmegaConf.create({
+        "trainer": OmegaConf.structured(MilesTrainerConfig(**trainer)),
+        "inference": OmegaConf.structured(SGLangInferenceConfig()),
+        "env": {"train_split": "train", "eval_split": "eval", "server": {"url": None, "host": "127.0.0.1",
+                                                                          "token_var": None}},
+        "model": {"path": "/m/Qwen3-4B"}, "seed": 7,
+    })
+
+
+def ctx(tmp_path: Path, **kw: Any) -> LaunchContext:
+    """A launch context with rows and checkpoints under `tmp_path`."""
+    return LaunchContext(rows={"train": tmp_path / "train.jsonl", "eval": tmp_path / "eval.jsonl"},
+                         save_dir=tmp_path / "ckpt", tracking_uri="http://mlflow:5000", experiment="exp",
+                         run_id="run123", pythonpath="/repo", **kw)
+
+
+def flags(argv: list[str]) -> dict[str, list[str]]:
+    """flag -> its values (a bare flag maps to [])."""
+    out, key = {}, None
+    for a in argv:
+        if a.startswith("--"):
+            key = a
+            out[key] = []
+        else:
+            out[key].append(a)
+    return out

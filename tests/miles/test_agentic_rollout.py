@@ -207,13 +207,13 @@ def multi_turn_world(request, tmp_path, tiny_model_path, stand_in_sglang, monkey
     or the trainer settings `request.param` gives)."""
     import json
 
+    from agentrl.rewards import MAX_DROPS_ENV
     from agentrl.trainers.miles_args import build_launch
-    from tests.miles.test_miles_args import ctx, flags, make_cfg
+    from tests.miles.conftest import ctx, flags, make_cfg
 
     monkeypatch.setenv(REFACTOR_ENV, "1")
     launch = build_launch(make_cfg(**getattr(request, "param", {})), ctx(tmp_path / "launch"), model_args=[])
-    for name in ("AGENTRL_MAX_DROPS_IN_A_ROW",):  # what the launcher's Ray workers would get
-        monkeypatch.setenv(name, launch.env[name])
+    monkeypatch.setenv(MAX_DROPS_ENV, launch.env[MAX_DROPS_ENV])  # as the launcher's Ray workers get it
     f = flags(launch.argv)
     roles = tuple(f["--tito-allowed-append-roles"])
     kwargs = json.loads(f["--apply-chat-template-kwargs"][0]) if "--apply-chat-template-kwargs" in f else {}

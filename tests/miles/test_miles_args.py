@@ -11,15 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
-from agentrl.config.inference import SGLangInferenceConfig
-from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.trainers.miles import MilesTrainer, MilesUnavailable, project_root, require_gpus, require_miles
 from agentrl.trainers.miles_args import (
     FIXED_TEMPLATES,
     TEMPLATE_KWARGS,
-    LaunchContext,
     MilesConfigError,
     build_launch,
     check_config,
@@ -28,37 +24,13 @@ from agentrl.trainers.miles_args import (
 )
 from agentrl.trainers.miles_launcher import worker_env
 from tests.conftest import run_cli
+from tests.miles.conftest import ctx, flags, make_cfg
 
 GOLDEN = Path(__file__).parent / "golden" / "gridsim_miles_dry_run.txt"
 # Qwen3-4B's architecture (config.json fields Megatron's flags come from).
 QWEN3_4B = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 2560, "intermediate_size": 9728,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "rope_theta": 1000000,
             "rms_norm_eps": 1e-06, "vocab_size": 151936, "tie_word_embeddings": True}
-
-def make_cfg(**trainer):
-    return OmegaConf.create({
-        "trainer": OmegaConf.structured(MilesTrainerConfig(**trainer)),
-        "inference": OmegaConf.structured(SGLangInferenceConfig()),
-        "env": {"train_split": "train", "eval_split": "eval", "server": {"url": None, "host": "127.0.0.1",
-                                                                          "token_var": None}},
-        "model": {"path": "/m/Qwen3-4B"}, "seed": 7,
-    })
-
-def ctx(tmp_path, **kw):
-    return LaunchContext(rows={"train": tmp_path / "train.jsonl", "eval": tmp_path / "eval.jsonl"},
-                         save_dir=tmp_path / "ckpt", tracking_uri="http://mlflow:5000", experiment="exp",
-                         run_id="run123", pythonpath="/repo", **kw)
-
-def flags(argv):
-    """flag -> its values (a bare flag maps to [])."""
-    out, key = {}, None
-    for a in argv:
-        if a.startswith("--"):
-            key = a
-            out[key] = []
-        else:
-            out[key].append(a)
-    return out
 
 def test_grpo_agentic_and_tracking_flags(tmp_path):
     cfg = make_cfg(prompts_per_step=4, samples_per_prompt=8, global_batch_size=32, steps=20, lr=2e-6,
