@@ -134,13 +134,14 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
                     *([f"trainer.lr={args.grpo_lr}"] if args.grpo_lr else [])])
     plan2 = plan_for(cfg2, home / f"run-grpo{args.tag}")
     from agentrl.trainers.grpo import GRPOTrainer
+    from agentrl.trainers.warm_start import warm_start_path
 
     tracker = NullTracker()
     trainer = GRPOTrainer(cfg2, plan=plan2, tracker=tracker)
     t0 = time.monotonic()
     trainer.fit()
     grpo_s = time.monotonic() - t0
-    start_path = trainer._warm_start()  # the SFT(greedy) folder, already made
+    start_path = warm_start_path(cfg2, plan2)  # the SFT(greedy) folder, already made
     m_start, r_start = eval_both(cfg2, plan2, start_path, limit, 1.1)
     final_path = home / f"grpo-final{args.tag}"
     trainer.learner.model.save_pretrained(final_path)

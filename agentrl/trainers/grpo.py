@@ -32,6 +32,7 @@ from agentrl.trainers.plots import reward_curves
 from agentrl.trainers.policies import MAIN, load_learners, make_learner, plan_policies, step_policies
 from agentrl.trainers.rollout import Played, make_row
 from agentrl.trainers.services import start_services
+from agentrl.trainers.warm_start import warm_start_path
 
 log = logging.getLogger(__name__)
 
@@ -113,26 +114,6 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ setup
 
-    def _warm_start(self) -> str:
-        """The model folder training starts from: the warm start's SFT checkpoint (made if missing) or the base."""
-        from hydra.utils import instantiate
-
-        from agentrl.trainers.sft import run_sft, sft_checkpoint_path
-
-        ws = self.t.warm_start
-        if not ws.enabled:
-            made = instantiate(self.cfg.model)
-            return made if isinstance(made, str) else str(self.cfg.model.path)
-        if ws.checkpoint:
-            if not Path(ws.checkpoint).is_dir():
-                raise FileNotFoundError(f"trainer.warm_start.checkpoint={ws.checkpoint} does not exist")
-            return str(ws.checkpoint)
-        path = sft_checkpoint_path(self.cfg, ws)
-        if not (path / "config.json").is_file():
-            print(f"warm start: SFT on {ws.teacher} demonstrations for {ws.steps} steps -> {path}", flush=True)
-            run_sft(self.cfg, self.plan, path, ws)
-        return str(path)
-
     def _setup(self) -> int:
         """Build everything; returns the first step to run (1, or the step after the resumed checkpoint)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -144,7 +125,7 @@ class GRPOTrainer:
         resume_from = ckpt.latest(self.root) if t.resume else None
         if t.resume and resume_from is None:
             log.warning("trainer.resume=true but no checkpoint under %s: starting fresh", self.root)
-        start_path = str(resume_from / "model") if resume_from else self._warm_start()
+        start_path = str(resume_from / "model") if resume_from else warm_start_path(cfg, self.plan)
         # After the warm start: SFT's large batches want every core, the rollout loop may want fewer.
         threads = set_threads(cfg)
         self.tokenizer = AutoTokenizer.from_pretrained(start_path)
