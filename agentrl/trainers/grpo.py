@@ -125,7 +125,7 @@ class GRPOTrainer:
         resume_from = ckpt.latest(self.root) if t.resume else None
         if t.resume and resume_from is None:
             log.warning("trainer.resume=true but no checkpoint under %s: starting fresh", self.root)
-        start_path = str(resume_from / "model") if resume_from else warm_start_path(cfg, self.plan)
+        start_path = str(resume_from / "model") if resume_from else warm_start_path(cfg, self.plan, self.tracker)
         # After the warm start: SFT's large batches want every core, the rollout loop may want fewer.
         threads = set_threads(cfg)
         self.tokenizer = AutoTokenizer.from_pretrained(start_path)

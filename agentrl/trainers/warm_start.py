@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 
-def warm_start_path(cfg: DictConfig, plan: Any) -> str:
+def warm_start_path(cfg: DictConfig, plan: Any, tracker: Any = None) -> str:
     """The folder training starts from: `trainer.warm_start.checkpoint`, the SFT result (made if missing), or
     the base model when the warm start is off."""
     from hydra.utils import instantiate
