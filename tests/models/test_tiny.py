@@ -88,31 +88,50 @@ def test_a_built_folder_is_reused_and_checked(tiny_model_dir, tmp_path):
 
 
 def test_generates_and_stops_at_im_end(tiny_model_dir, tiny_tokenizer):
-    """Teach the model one reply in a few dozen steps; greedy decoding then reproduces it and stops at <|im_end|>."""
+    """Teach the model one reply in a few dozen steps; greedy decoding then follows it and stops at <|im_end|>.
+
+    Training is not bit-exact across torch/transformers builds and thread counts, so the checks are properties
+    a working model/tokenizer/generation path has and a broken one (no learning, wrong labels, EOS ignored) lacks,
+    not the exact memorized string.
+    """
     torch.manual_seed(0)
     model = load(tiny_model_dir)
     tok = tiny_tokenizer
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
     prompt = tok.apply_chat_template([{"role": "user", "content": "D=1 eta=90 P=10 | 5 40"}],
                                      add_generation_prompt=True, tokenize=False)
     reply = '<tool_call>\n{"name": "submit_schedule", "arguments": {"schedule": [1, -1]}}\n</tool_call><|im_end|>'
     prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
     reply_ids = tok(reply, add_special_tokens=False)["input_ids"]
+    assert reply_ids[-1] == im_end
     ids = torch.tensor([prompt_ids + reply_ids])
     labels = ids.clone()
     labels[0, :len(prompt_ids)] = -100
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model.train()
+    losses = []
     for _ in range(60):
         loss = model(input_ids=ids, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        losses.append(loss.item())
     model.eval()
+    # It learned: the loss fell by orders of magnitude, and teacher-forced argmax gets nearly every reply token.
+    assert losses[-1] < 0.05 * losses[0], (losses[0], losses[-1])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1]
+    predicted = logits.argmax(-1).tolist()
+    hits = sum(p == t for p, t in zip(predicted, reply_ids, strict=True))
+    assert hits >= 0.9 * len(reply_ids), (hits, len(reply_ids))
+    # Greedy decoding stops at <|im_end|> (the EOS the model's generation config names), well before the cap...
     out = model.generate(torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
                          max_new_tokens=100, do_sample=False)
     new = out[0, len(prompt_ids):].tolist()
-    assert new[-1] == tok.convert_tokens_to_ids("<|im_end|>") and len(new) < 100
-    assert tok.decode(new) == reply
+    assert new[-1] == im_end and new.count(im_end) == 1 and len(new) < 100, tok.decode(new)
+    # ...and what it wrote is the shape it was taught: a tool call, closed, then the end of the turn.
+    text = tok.decode(new)
+    assert text.startswith("<tool_call>\n") and text.endswith("</tool_call><|im_end|>"), text
 
 
 def gridsim_compact_demo():
