@@ -27,6 +27,10 @@ START=$(date +%s)
 # random tiny model every group scores 0 and is filtered out. Few extra rows bound a step that finds no signal.
 if [ "$SMALL" = 1 ]; then RECIPE_STEPS=2 RECIPE_EVAL=2 RECIPE_SFT=100 RECIPE_TIMEOUT=150
 else RECIPE_STEPS=5 RECIPE_EVAL=16 RECIPE_SFT=300 RECIPE_TIMEOUT=200; fi
+# The timeouts guard the GPU's short device budget. On a CPU (the smoke test, a rehearsal) nothing is rationed and a
+# shared 2-core box may run several times slower than idle, so each limit is stretched: GPU_CHECK_TIMEOUT_SCALE.
+if [ "$DEVICE" = cpu ]; then SCALE="${GPU_CHECK_TIMEOUT_SCALE:-8}"; else SCALE="${GPU_CHECK_TIMEOUT_SCALE:-1}"; fi
+RECIPE_TIMEOUT=$(( RECIPE_TIMEOUT * SCALE ))
 
 echo "== 0. environment"
 if [ -z "${GPU_CHECK_NO_WHEELS:-}" ] && compgen -G "$WHEELS/*.whl" >/dev/null; then
@@ -36,7 +40,7 @@ if [ -z "${GPU_CHECK_NO_WHEELS:-}" ] && compgen -G "$WHEELS/*.whl" >/dev/null; t
   export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
   echo "installed $(compgen -G "$WHEELS/*.whl" | wc -l) wheels from $WHEELS in $(( $(date +%s) - T0 ))s"
 fi
-timeout 120 python3 - <<'PY' || { echo "STOP: a module agentrl needs is missing or broken here (above); nothing was run on the GPU"; exit 3; }
+timeout $(( 120 * SCALE )) python3 - <<'PY' || { echo "STOP: a module agentrl needs is missing or broken here (above); nothing was run on the GPU"; exit 3; }
 import importlib
 import sys
 
@@ -60,7 +64,7 @@ if missing:
 print("all modules import")
 PY
 if [ -n "${PYTHONPATH:-}" ]; then  # informational: the carried wheels' requirements the image's versions miss
-  timeout 60 python3 -m pip check 2>/dev/null | grep -v "^No broken" | head -n 20 || true
+  timeout $(( 60 * SCALE )) python3 -m pip check 2>/dev/null | grep -v "^No broken" | head -n 20 || true
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader
 
@@ -80,7 +84,7 @@ if [ -z "${GPU_CHECK_SKIP_RECIPE:-}" ]; then
   grep -a "final eval/reward" "$WORK/tiny.log" | tail -n 1
   # On the device, $OUT comes back to the session: the whole log is there for a failure the tail does not explain.
   if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp "$WORK/tiny.log" "$OUT/tiny_recipe.log"; fi
-  timeout 60 python3 - "$AGENTRL_HOME" <<'PY' || true
+  timeout $(( 60 * SCALE )) python3 - "$AGENTRL_HOME" <<'PY' || true
 import sqlite3, sys
 from pathlib import Path
 
@@ -114,7 +118,7 @@ fi
 echo "tiny recipe: exit $RC in $(( $(date +%s) - T0 ))s"
 
 echo "== 2. ~0.6B Qwen3 (random weights): generation, Learner training, memory, step split"
-timeout 240 python3 - "$DEVICE" "$WORK" "$SMALL" <<'PY'
+timeout $(( 240 * SCALE )) python3 - "$DEVICE" "$WORK" "$SMALL" <<'PY'
 import asyncio, os, sys, time
 import torch
 from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM

@@ -21,7 +21,7 @@ def agentrl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def run_cli(args: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300,
+def run_cli(args: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 1200,
             python: str = sys.executable) -> subprocess.CompletedProcess:
     """Run `python -m agentrl ARGS` in a subprocess, as a user would."""
     full_env = dict(os.environ)

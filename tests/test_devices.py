@@ -56,7 +56,7 @@ def test_autocast_is_bf16_on_cuda_only():
 
 @no_gpu
 def test_cli_refuses_a_missing_gpu_before_any_run_starts(agentrl_home: Path, tmp_path: Path):
-    proc = run_cli(["+recipe=gridsim_grpo", "trainer.device=cuda"], cwd=tmp_path, timeout=120)
+    proc = run_cli(["+recipe=gridsim_grpo", "trainer.device=cuda"], cwd=tmp_path, timeout=900)
     assert proc.returncode != 0
     assert "trainer.device='cuda' but torch" in proc.stderr
     assert "Traceback" not in proc.stderr

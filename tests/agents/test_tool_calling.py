@@ -22,7 +22,7 @@ def open_session(chat_url: str) -> str:
     return f"{chat_url}/sessions/{sid}"
 
 
-def wait_until(predicate, timeout: float = 5.0) -> bool:
+def wait_until(predicate, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -135,12 +135,12 @@ async def test_a_slow_tool_is_flagged_tool_timeout(tmp_path):
 
 async def test_a_model_timeout_is_flagged_and_the_episode_closed(tmp_path):
     app = build_app(EchoBundle(marker_dir=str(tmp_path)))
-    chat = ScriptedChat([Reply(content="too late", delay=1.2)])
+    chat = ScriptedChat([Reply(content="too late", delay=4.0)])
     with serve_in_background(app) as env_url, chat.serve() as chat_url:
         started = time.monotonic()
         out = await run(open_session(chat_url), None, {}, {"url": env_url, "split": "train", "index": 0},
                         model_timeout=0.3)
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 3.5  # well under the reply's 4 s delay, generous for a loaded box
         assert wait_until(lambda: not app.state.served.sessions and list(tmp_path.glob("closed-*")))
     assert out["agentenv_failure"] == "model_timeout" and out["reward"] == 0.0
 

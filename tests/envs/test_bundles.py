@@ -121,7 +121,7 @@ def test_spec_rebuilds_in_a_bare_stdlib_process(name: str, options: dict):
     bundle = load_bundle(name, **options)
     spec = bundle.spec()
     out = subprocess.run([sys.executable, "-S", "-c", _CHILD, str(REPO), json.dumps(spec)],
-                         capture_output=True, text=True, timeout=60, check=True)
+                         capture_output=True, text=True, timeout=600, check=True)
     child = json.loads(out.stdout)
     assert child["heavy"] == []
     assert child["spec"] == spec

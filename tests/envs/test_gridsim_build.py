@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _cli(*args: str) -> str:
     out = subprocess.run([sys.executable, "-m", "agentrl.envs.gridsim", *args], cwd=REPO, capture_output=True,
-                         text=True, timeout=300, check=True)
+                         text=True, timeout=1200, check=True)
     return out.stdout
 
 

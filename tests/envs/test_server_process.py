@@ -55,7 +55,7 @@ def test_sigterm_tears_live_episodes_down(tmp_path):
             t0 = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             await asyncio.to_thread(proc.wait, 30)
-            assert time.monotonic() - t0 < 10
+            assert time.monotonic() - t0 < 25
             with pytest.raises(EnvConnectionError):  # the episode went with the server
                 await clients[0].call("echo", {"text": "x"})
             for c in clients:

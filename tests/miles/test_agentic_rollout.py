@@ -117,7 +117,7 @@ async def test_miles_rollout_keeps_scored_groups_and_counts_agentenv_failures(wo
 
     args, sglang, _ = world
     # Miles' module-level client (init_http_client in a real run), bound to this test's event loop.
-    monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=60))
+    monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=300))
     from miles.rollout.data_source import RolloutDataSource
 
     data_source = RolloutDataSource(args)
@@ -234,11 +234,11 @@ async def test_a_run_whose_every_group_fails_stops_with_the_reason(multi_turn_wo
     monkeypatch.setitem(rewards._drops, "in_a_row", 0)
     args, sglang = multi_turn_world
     assert args.tito_allowed_append_roles == ["tool"]
-    monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=60))
+    monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=300))
     args.rollout_batch_size = args.over_sampling_batch_size = 1
     state = GenerateState(args)
     with pytest.raises(rewards.AllGroupsFailing, match=r"4 groups in a row were dropped as agentenv_failed"):
-        await asyncio.wait_for(generate_rollout_async(state, 0, RolloutDataSource(args).get_samples), 60)
+        await asyncio.wait_for(generate_rollout_async(state, 0, RolloutDataSource(args).get_samples), 600)
 
 
 async def test_multi_turn_task_appends_user_turns_under_the_default_roles(multi_turn_world, monkeypatch):
@@ -251,10 +251,10 @@ async def test_multi_turn_task_appends_user_turns_under_the_default_roles(multi_
 
     args, sglang = multi_turn_world
     assert args.tito_allowed_append_roles == ["tool", "user"]
-    monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=60))
+    monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=300))
     args.rollout_batch_size = args.over_sampling_batch_size = 1
     state = GenerateState(args)
-    output, _ = await asyncio.wait_for(generate_rollout_async(state, 0, RolloutDataSource(args).get_samples), 60)
+    output, _ = await asyncio.wait_for(generate_rollout_async(state, 0, RolloutDataSource(args).get_samples), 600)
     assert output.metrics == {}
     (group,) = output.samples
     for sample in group:

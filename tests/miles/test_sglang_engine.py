@@ -146,7 +146,7 @@ async def test_refused_weights_raise_and_admission_reopens(tiny_model_path, stan
         with pytest.raises(SGLangError, match="refused the weights"):
             await engine.update_weights_async(tmp_path)
         assert engine.weight_version == 0
-        out = await asyncio.wait_for(engine.generate([1], max_tokens=1), timeout=10)
+        out = await asyncio.wait_for(engine.generate([1], max_tokens=1), timeout=120)
         assert out.token_ids == [4]
     finally:
         engine.close()
@@ -159,10 +159,10 @@ def test_launch_failure_reports_the_server_log(tiny_model_path, tmp_path):
 
     if importlib.util.find_spec("sglang") is None:
         with pytest.raises(SGLangError, match="not installed"):
-            SGLangEngine(tiny_model_path, num_gpus=1, base_port=39100, launch_timeout=120, log_dir=tmp_path)
+            SGLangEngine(tiny_model_path, num_gpus=1, base_port=39100, launch_timeout=600, log_dir=tmp_path)
         return
     if importlib.util.find_spec("triton") is not None:
         pytest.skip("a full SGLang stack is installed here; this test is for machines without one")
     with pytest.raises(SGLangError, match="exited with"):
-        SGLangEngine(tiny_model_path, num_gpus=1, base_port=39100, launch_timeout=120, log_dir=tmp_path)
+        SGLangEngine(tiny_model_path, num_gpus=1, base_port=39100, launch_timeout=600, log_dir=tmp_path)
     assert (tmp_path / "sglang-0.log").read_text()

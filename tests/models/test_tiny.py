@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -73,9 +72,9 @@ def test_one_seed_gives_identical_weights_and_tokenizer(tiny_model_dir, tiny_tok
 def test_a_built_folder_is_reused_and_checked(tiny_model_dir, tmp_path):
     weights = tiny_model_dir / "model.safetensors"
     before = weights.stat().st_mtime_ns
-    started = time.monotonic()
+    # Reused, not rebuilt: the weights file is untouched (a file check, not a timing a loaded box could miss).
     assert ensure_tiny_model(str(tiny_model_dir), seed=0) == str(tiny_model_dir)
-    assert time.monotonic() - started < 1.0 and weights.stat().st_mtime_ns == before
+    assert weights.stat().st_mtime_ns == before
     with pytest.raises(ValueError, match="built with"):
         ensure_tiny_model(str(tiny_model_dir), seed=0, num_heads=8)
     (tmp_path / "stranger").mkdir()

@@ -31,7 +31,7 @@ def _env(home: Path) -> dict[str, str]:
             "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def _cli(args: list[str], home: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+def _cli(args: list[str], home: Path, timeout: float = 1500) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=_env(home), capture_output=True,
                           text=True, timeout=timeout)
 
@@ -59,7 +59,7 @@ def test_two_steps_then_kill_and_resume(tmp_path: Path) -> None:
     # A run of 5 steps killed once its step-1 checkpoint exists (a fast step may have saved step 2 too) ...
     proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args, "trainer.steps=5"], cwd=REPO, env=_env(home),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 480
+    deadline = time.monotonic() + 1200
     ckpts = home / "outputs" / "checkpoints" / "gridsim_grpo"
     while not list(ckpts.glob("*/step-000001/state.pt")):
         assert proc.poll() is None, proc.stderr.read()[-3000:]
@@ -93,7 +93,7 @@ def test_optuna_sweep_children_under_parent(tmp_path: Path) -> None:
     home = tmp_path / "home"
     done = _cli(["-m", "+recipe=gridsim_grpo", "hparams_search=gridsim_optuna", "hydra.sweeper.n_trials=2",
                  "trainer.steps=1", "trainer.eval_every=0", "trainer.checkpoint_every=0", *TINY[:2],
-                 *TINY[2:3], *TINY[5:]], home, timeout=900)
+                 *TINY[2:3], *TINY[5:]], home, timeout=1700)
     assert done.returncode == 0, done.stderr[-4000:]
     _, runs = _runs(home)
     parents = [r for r in runs if r.data.tags.get("agentrl.sweep") == "true"]
