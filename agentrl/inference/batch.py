@@ -15,6 +15,10 @@ import torch
 
 from agentrl.inference.completion import Request
 
+# A temperature below this samples greedily (as SGLang's _SAMPLING_EPS): dividing float32 logits by a
+# tinier one overflows to inf, and the NaN probabilities that follow would kill the engine's worker.
+GREEDY_BELOW = 1e-6
+
 
 class DecodeBatch:
     """The sequences decoded together and their shared cache; owned by the engine's worker thread.
@@ -94,21 +98,23 @@ def prefill_inputs(
 def sample_tokens(logits: torch.Tensor, reqs: list[Request], rng: torch.Generator) -> torch.Tensor:
     """Sample one token per row, append it and its log_softmax(logits / T) logprob to the row's request.
 
-    Rows without their own seeded generator draw from `rng` in one call. Returns the tokens [B] on
-    `logits.device`.
+    Rows without their own seeded generator draw from `rng` in one call; a temperature below
+    `GREEDY_BELOW` is greedy (logprobs at T = 1). Returns the tokens [B] on `logits.device`.
     """
     logits = logits.float()
-    temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in reqs], device=logits.device)
+    greedy = [r.temperature < GREEDY_BELOW for r in reqs]
+    temps = torch.tensor([1.0 if g else r.temperature for r, g in zip(reqs, greedy, strict=True)],
+                         device=logits.device)
     scaled = logits / temps[:, None]
     logp = torch.log_softmax(scaled, dim=-1)
     filtered = filter_top_k_top_p(scaled, reqs)
     probs = (logp.exp() if filtered is scaled else torch.softmax(filtered, dim=-1)).cpu()
     tokens = torch.empty(len(reqs), dtype=torch.long)
-    shared = [i for i, r in enumerate(reqs) if r.temperature > 0 and r.generator is None]
+    shared = [i for i, r in enumerate(reqs) if not greedy[i] and r.generator is None]
     if shared:
         tokens[shared] = torch.multinomial(probs[shared], 1, generator=rng)[:, 0]
     for i, r in enumerate(reqs):
-        if r.temperature <= 0:
+        if greedy[i]:
             tokens[i] = int(torch.argmax(filtered[i]))
         elif r.generator is not None:
             tokens[i] = int(torch.multinomial(probs[i], 1, generator=r.generator)[0])
@@ -142,5 +148,6 @@ def filter_top_k_top_p(scaled: torch.Tensor, reqs: list[Request]) -> torch.Tenso
     probs = torch.softmax(sorted_logits.masked_fill(drop, float("-inf")), dim=-1)
     before = probs.cumsum(dim=-1) - probs  # mass of strictly better tokens; the best token is always kept
     drop |= before >= ps[:, None]
+    drop[:, 0] = False  # the best token survives even a top_p that rounds to 0 in float32
     out = torch.full_like(scaled, float("-inf"))
     return out.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))

@@ -6,9 +6,10 @@ the same `Completion`) can use these types without importing the engine's worker
 
 Log-probabilities. `Completion.logprobs[i]` is `log_softmax(logits / T)[token_i]`, computed in float32
 from the logits of the forward pass that sampled the token, where T is the request's temperature
-(T = 1 when temperature is 0, i.e. greedy). It is the untruncated temperature-scaled distribution:
-top-k / top-p restrict which tokens may be sampled but do not renormalise the reported logprob, so it
-is exactly the log pi_theta(token) at temperature T that a GRPO trainer recomputes for its ratio.
+(T = 1 when greedy: temperature 0, or below `batch.GREEDY_BELOW`). It is the untruncated
+temperature-scaled distribution: top-k / top-p restrict which tokens may be sampled but do not
+renormalise the reported logprob, so it is exactly the log pi_theta(token) at temperature T that a
+GRPO trainer recomputes for its ratio.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine cannot serve: its worker died (the message names the cause) or it was closed (HTTP 503)."""
 
 
 @dataclass
@@ -75,3 +80,20 @@ def resolve(fut: concurrent.futures.Future, result: Any = None, exc: BaseExcepti
             fut.set_result(result)
     except concurrent.futures.InvalidStateError:  # cancelled by the caller meanwhile
         pass
+
+
+def default_stop_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The ids that end a reply unless `ignore_eos`: the configs' EOS ids, the tokenizer's EOS and <|im_end|>."""
+    ids: set[int] = set()
+    for src in (model.generation_config, model.config):
+        eos = getattr(src, "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list | tuple):
+            ids.update(int(e) for e in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return ids

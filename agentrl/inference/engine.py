@@ -36,10 +36,17 @@ from typing import Any
 import torch
 
 from agentrl.inference.batch import DecodeBatch, prefill_inputs, sample_tokens
-from agentrl.inference.completion import Completion, EngineStats, Request, resolve
+from agentrl.inference.completion import (
+    Completion,
+    EngineStats,
+    EngineUnavailable,
+    Request,
+    default_stop_ids,
+    resolve,
+)
 from agentrl.inference.weights import load_state_dict, validate_state_dict
 
-__all__ = ["Completion", "EmbeddedEngine", "EngineStats"]
+__all__ = ["Completion", "EmbeddedEngine", "EngineStats", "EngineUnavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +96,7 @@ class EmbeddedEngine:
             raise ValueError(f"EmbeddedEngine supports full-attention models only; {path} uses sliding-window layers")
         self.vocab_size = int(cfg.vocab_size)
         self.max_context = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
-        self.default_stop_ids = frozenset(self._find_stop_ids())
+        self.default_stop_ids = frozenset(default_stop_ids(self.model, self.tokenizer))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.weight_version = 0
         self.stats = EngineStats()
@@ -98,26 +105,13 @@ class EmbeddedEngine:
         self._lock = threading.Lock()
         self._pending_weights: list[tuple[dict[str, torch.Tensor], concurrent.futures.Future]] = []
         self._closed = False
+        self.failure: EngineUnavailable | None = None  # why the engine no longer serves (crash or close)
+        self.stopped = threading.Event()  # set once the worker has exited and failed every pending request
         self._rng = torch.Generator(device="cpu")
         self._rng.seed()
         self._batch = DecodeBatch()  # owned by the worker thread
         self._thread = threading.Thread(target=self._worker, name="agentrl-engine", daemon=True)
         self._thread.start()
-
-    def _find_stop_ids(self) -> set[int]:
-        ids: set[int] = set()
-        for src in (self.model.generation_config, self.model.config):
-            eos = getattr(src, "eos_token_id", None)
-            if isinstance(eos, int):
-                ids.add(eos)
-            elif isinstance(eos, list | tuple):
-                ids.update(int(e) for e in eos)
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(int(self.tokenizer.eos_token_id))
-        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
-            ids.add(im_end)
-        return ids
 
     # ------------------------------------------------------------------ public API
 
@@ -133,9 +127,10 @@ class EmbeddedEngine:
         seed: int | None = None,
         ignore_eos: bool = False,
     ) -> concurrent.futures.Future:
-        """Queue one request from any thread; the future resolves to a `Completion`."""
-        if self._closed:
-            raise RuntimeError("EmbeddedEngine is closed")
+        """Queue one request from any thread; the future resolves to a `Completion`.
+
+        Raises ValueError for a bad request and `EngineUnavailable` once the engine is closed or dead.
+        """
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise ValueError("prompt_ids is empty")
@@ -166,7 +161,10 @@ class EmbeddedEngine:
             future=fut,
         )
         fut.request = req  # type: ignore[attr-defined]  # lets generate() flag a cancelled caller
-        self._queue.put(req)
+        with self._lock:  # checked and queued atomically: a dying worker drains the queue after `_closed`
+            if self._closed:
+                raise self.failure or EngineUnavailable("EmbeddedEngine is closed")
+            self._queue.put(req)
         return fut
 
     async def generate(
@@ -215,14 +213,10 @@ class EmbeddedEngine:
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             if self._closed:
-                raise RuntimeError("EmbeddedEngine is closed")
+                raise self.failure or EngineUnavailable("EmbeddedEngine is closed")
             self._pending_weights.append((state, fut))
         self._queue.put(_WAKE)
         return fut.result(timeout=timeout)
-
-    async def update_weights_async(self, source: Mapping[str, torch.Tensor] | str | Path) -> int:
-        """`update_weights` without blocking the event loop."""
-        return await asyncio.to_thread(self.update_weights, source)
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop the worker; requests still queued or running fail with RuntimeError."""
@@ -230,6 +224,7 @@ class EmbeddedEngine:
             if self._closed:
                 return
             self._closed = True
+            self.failure = self.failure or EngineUnavailable("EmbeddedEngine is closed")
         self._queue.put(_WAKE)
         self._thread.join(timeout=timeout)
 
@@ -242,6 +237,7 @@ class EmbeddedEngine:
     # ------------------------------------------------------------------ worker thread
 
     def _worker(self) -> None:
+        new: list[Request] | None = None
         try:
             with torch.inference_mode():
                 while True:
@@ -249,23 +245,29 @@ class EmbeddedEngine:
                     if new is None:
                         break
                     if new:
-                        self._prefill(new)
+                        self._prefill(new)  # admitted rows are in no batch yet: `new` still holds them
+                    new = None
                     if self._batch:
                         self._decode_step()
         except BaseException as exc:  # a model failure must not leave callers waiting forever
             log.exception("engine worker crashed")
-            self._fail_all(RuntimeError(f"engine worker crashed: {exc!r}"))
-            return
-        self._fail_all(RuntimeError("EmbeddedEngine is closed"))
+            self.failure = EngineUnavailable(f"the engine's worker died: {exc!r}")  # the cause wins over a close
+            self._fail_all(self.failure, new or [])
+        else:
+            self._fail_all(EngineUnavailable("EmbeddedEngine is closed"), [])
+        finally:
+            self.stopped.set()
 
-    def _fail_all(self, exc: Exception) -> None:
+    def _fail_all(self, exc: EngineUnavailable, admitted: list[Request]) -> None:
+        """Close admission and fail every request and weight update still waiting, with `exc`."""
         with self._lock:
             self._closed = True
+            self.failure = self.failure or exc
             pending, self._pending_weights = self._pending_weights, []
         for _, fut in pending:
             if not fut.done():
                 fut.set_exception(exc)
-        for req in self._batch.reqs:
+        for req in admitted + self._batch.reqs:
             resolve(req.future, exc=exc)
         self._batch.clear()
         while True:

@@ -1,7 +1,8 @@
 """The session server: OpenAI chat completions per session, token-in/token-out, API-compatible with Miles.
 
 Endpoints (as Miles' session server v1):
-  GET    /health                                   {"status": "ok", "weight_version": int}
+  GET    /health                                   {"status": "ok", "weight_version": int}; 503 once the
+                                                   engine cannot serve (its worker died, or it was closed)
   POST   /sessions                                 {"session_id": hex}
   GET    /sessions/{id}                            {"session_id", "records": [...], "metadata": {...}}
   DELETE /sessions/{id}                            204; 404 when unknown
@@ -12,8 +13,10 @@ A record is `{"timestamp", "method", "path", "status_code", "request": <body + "
 "response": <the JSON returned>}`; the response's `choices[0].meta_info` carries
 `output_token_logprobs` ([[logprob, token_id], ...]), `completion_tokens`, `prompt_tokens`,
 `cached_tokens`, `weight_version` and `tool_call_errors`. `assemble_sample` turns records into a Sample.
-Errors come back as `{"error": "..."}`: 400 bad or non-extending request, 404 unknown session,
-500 a chat template that cannot extend a turn.
+Errors come back as `{"error": "..."}`: 400 bad or non-extending request (the body is checked by
+`agentrl.inference.schema.ChatCompletionRequest`, and the message names the field), 404 unknown
+session, 500 a chat template that cannot extend a turn, 503 an engine that cannot serve (the
+message names why; every request waiting on a dead engine gets it at once).
 """
 
 from __future__ import annotations
@@ -28,9 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
 
 from agentrl.inference import tito
+from agentrl.inference.completion import EngineUnavailable
+from agentrl.inference.schema import ChatCompletionRequest, describe
 from agentrl.inference.tito import MessageValidationError, TokenizationError
 from agentrl.models.tool_calls import parse_tool_calls
 
@@ -96,39 +103,10 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def _number(body: dict, key: str, default: float, kind: type = float) -> Any:
-    value = body.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise MessageValidationError(f"{key} must be a number, got {value!r}")
-    return kind(value)
-
-
-def _sampling(body: dict[str, Any], default_max_tokens: int) -> dict[str, Any]:
-    """Engine keyword arguments from an OpenAI (+ SGLang extras) request body."""
-    if body.get("stream"):
-        raise MessageValidationError("stream=true is not supported by the session server")
-    if body.get("n") not in (None, 1):
-        raise MessageValidationError("only n=1 is supported")
-    if body.get("stop"):
-        raise MessageValidationError("stop strings are not supported; use stop_token_ids")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    stop_ids = body.get("stop_token_ids") or None
-    if stop_ids is not None and not (isinstance(stop_ids, list) and all(isinstance(s, int) for s in stop_ids)):
-        raise MessageValidationError("stop_token_ids must be a list of integers")
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise MessageValidationError(f"seed must be an integer, got {seed!r}")
-    return {
-        "max_tokens": _number({"max_tokens": max_tokens}, "max_tokens", default_max_tokens, int),
-        "temperature": _number(body, "temperature", 1.0),
-        "top_p": _number(body, "top_p", 1.0),
-        "top_k": _number(body, "top_k", 0, int),
-        "stop_ids": stop_ids,
-        "seed": seed,
-        "ignore_eos": bool(body.get("ignore_eos", False)),
-    }
+def engine_failure(engine: Any) -> str | None:
+    """Why `engine` cannot serve, or None while it can (engines without a `failure` are assumed able)."""
+    failure = getattr(engine, "failure", None)
+    return None if failure is None else str(failure)
 
 
 def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens: int = 512,
@@ -151,7 +129,8 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
     vocab = tokenizer.get_vocab()
     end_text = "<|im_end|>" if "<|im_end|>" in vocab else tokenizer.eos_token
 
-    app = FastAPI(title="agentrl session server")
+    # strict_content_type off: a JSON body without a Content-Type header is parsed, as before
+    app = FastAPI(title="agentrl session server", strict_content_type=False)
     app.state.sessions = store
     app.state.engine = engine
     app.state.tokenizer = tokenizer
@@ -164,13 +143,30 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
     async def _bad_request(_: Request, exc: MessageValidationError) -> JSONResponse:
         return _error(400, str(exc))
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(400, f"invalid request: {describe(exc.errors())}")
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:  # FastAPI's 404/405, unparsable bodies
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
     @app.exception_handler(TokenizationError)
     async def _tokenization(_: Request, exc: TokenizationError) -> JSONResponse:
         return _error(500, str(exc))
 
+    @app.exception_handler(EngineUnavailable)
+    async def _unavailable(_: Request, exc: EngineUnavailable) -> JSONResponse:
+        return _error(503, f"the engine cannot serve: {exc}")
+
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "weight_version": getattr(engine, "weight_version", 0), "sessions": len(store)}
+    async def health() -> JSONResponse:
+        failure = engine_failure(engine)
+        body = {"status": "ok" if failure is None else "unavailable",
+                "weight_version": getattr(engine, "weight_version", 0), "sessions": len(store)}
+        if failure is not None:
+            body["error"] = failure
+        return JSONResponse(body, status_code=200 if failure is None else 503)
 
     @app.get("/v1/models")
     @app.get("/sessions/{session_id}/v1/models")
@@ -195,20 +191,13 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
         return Response(status_code=204)
 
     @app.post("/sessions/{session_id}/v1/chat/completions")
-    async def chat_completions(session_id: str, request: Request) -> Any:
+    async def chat_completions(session_id: str, chat: ChatCompletionRequest) -> Any:
         session = store.get(session_id)
-        try:
-            body = await request.json()
-        except json.JSONDecodeError as exc:
-            raise MessageValidationError(f"the body is not JSON: {exc}") from exc
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
-            raise MessageValidationError("the body needs a non-empty 'messages' list")
-        params = _sampling(body, default_max_tokens)
+        body = chat.record()
+        params = chat.sampling(default_max_tokens)
         messages = [tito.normalize_message(m, i) for i, m in enumerate(body["messages"])]
         tools = body.get("tools") or None
         kwargs = body.get("chat_template_kwargs") or {}
-        if not isinstance(kwargs, dict):
-            raise MessageValidationError("chat_template_kwargs must be an object")
         async with session.lock:
             if session.id not in store:  # deleted while this request waited for the lock
                 raise SessionNotFoundError(session_id)

@@ -99,7 +99,7 @@ async def test_weight_update_applies_to_next_request_not_running_one(random_mode
         running = asyncio.ensure_future(eng.generate(PROMPTS[1], max_tokens=80, ignore_eos=True))
         while eng.stats.decode_steps < 2:
             await asyncio.sleep(0.001)
-        version = await eng.update_weights_async({k: v.clone() for k, v in new.state_dict().items()})
+        version = await asyncio.to_thread(eng.update_weights, {k: v.clone() for k, v in new.state_dict().items()})
         first = await running
         assert version == 1 == eng.weight_version
         assert first.weight_version == 0 and len(first.token_ids) == 80
