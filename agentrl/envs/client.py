@@ -1,8 +1,10 @@
 """`EpisodeClient`: the async client agents use to play one episode at a time on an env server.
 
 It speaks the OpenEnv `/ws` protocol (any OpenEnv server that carries metadata in its observations
-works). Connecting waits for room on a full server and rides out a restarting one until
-`reset_timeout`; every failure is a typed `EnvClientError`, never a hang.
+works). A reset waits for room on a full server, and for one that answers 503 while it restarts, until
+`reset_timeout`; but when nothing listens at the URL at all (connection refused, unknown host, no
+route) it gives up after `connect_timeout` with `EnvUnreachableError`. Every failure is a typed
+`EnvClientError`, never a hang.
 """
 
 from __future__ import annotations
@@ -10,16 +12,26 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential, wait_random
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.uri import parse_uri
 
 # Extra seconds the client waits beyond the server's own tool timeout before giving up on a reply.
 REPLY_GRACE_S = 15.0
+# The longest one connection attempt (TCP connect, then the WebSocket handshake) may take.
+OPEN_TIMEOUT_S = 10.0
+# Statuses a server or proxy answers the upgrade with while it is (re)starting or busy: wait for it.
+_BUSY_STATUSES = frozenset({429, 503, 504})
+# A gateway that reaches nothing behind it: as good as nothing listening.
+_NO_UPSTREAM_STATUSES = frozenset({502})
+_BACKOFF = wait_exponential(multiplier=0.05, max=1.0) + wait_random(0, 0.05)
 
 
 class EnvClientError(Exception):
@@ -28,6 +40,14 @@ class EnvClientError(Exception):
 
 class EnvConnectionError(EnvClientError):
     """No server to talk to: refused, unreachable past the deadline, or the connection dropped."""
+
+
+class EnvUnreachableError(EnvConnectionError):
+    """Nothing listened at the env server's URL (refused, unknown host, no route) for `connect_timeout`."""
+
+    def __init__(self, message: str, url: str) -> None:
+        super().__init__(message)
+        self.url = url
 
 
 class EnvAuthError(EnvConnectionError):
@@ -87,7 +107,8 @@ def ws_url(url: str) -> str:
     return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
 
 
-def _openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
+def openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """An MCP tool (`input_schema` or `inputSchema`) as an OpenAI function schema."""
     schema = tool.get("input_schema") or tool.get("inputSchema") or {"type": "object", "properties": {}}
     return {
         "type": "function",
@@ -95,10 +116,95 @@ def _openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class _Retry(Exception):
+    """An attempt to start an episode that may succeed later; `unreachable`: nothing listened."""
+
+    def __init__(self, cause: BaseException, unreachable: bool) -> None:
+        super().__init__(str(cause))
+        self.cause, self.unreachable = cause, unreachable
+
+
+class _Deadlines:
+    """The two clocks of one reset: `reset_timeout` in all, and `connect_timeout` while nothing listens."""
+
+    def __init__(self, client: EpisodeClient) -> None:
+        self.client = client
+        self.deadline = time.monotonic() + client.reset_timeout
+        self.unreachable_since: float | None = None
+
+    def remaining(self) -> float:
+        return max(0.1, self.deadline - time.monotonic())
+
+    def note(self, unreachable: bool) -> None:
+        """Record an attempt's outcome: nothing listened, or the server answered something."""
+        if not unreachable:
+            self.unreachable_since = None
+        elif self.unreachable_since is None:
+            self.unreachable_since = time.monotonic()
+
+    def _deadline(self, state: RetryCallState) -> float:
+        """The deadline that applies after this outcome: connect_timeout's too while nothing listens."""
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, _Retry) and exc.unreachable and self.unreachable_since is not None:
+            return min(self.deadline, self.unreachable_since + self.client.connect_timeout)
+        return self.deadline
+
+    def wait(self, state: RetryCallState) -> float:
+        """Back off (jittered, so many rollouts waiting on one server do not knock in step), never past the
+        deadline, so that the last attempt comes at it."""
+        return max(0.0, min(_BACKOFF(state), self._deadline(state) - time.monotonic()))
+
+    def stop(self, state: RetryCallState) -> bool:
+        return time.monotonic() >= self._deadline(state)
+
+    def give_up(self, state: RetryCallState) -> Any:
+        """Raise the public error for the last failed attempt."""
+        exc = state.outcome.exception() if state.outcome else None
+        assert isinstance(exc, _Retry)
+        url = self.client.url
+        if exc.unreachable:
+            waited = time.monotonic() - (self.unreachable_since or time.monotonic())
+            raise EnvUnreachableError(
+                f"the env server at {url} is unreachable: nothing answered for {waited:.1f}s "
+                f"(connect_timeout {self.client.connect_timeout:g}s): {_why_unreachable(exc.cause)}", url
+            ) from exc.cause
+        raise EnvConnectionError(f"no room for an episode on {url} before the deadline: {exc.cause}") from exc.cause
+
+
+def _why_unreachable(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused, nothing listens on that port ({exc})"
+    if isinstance(exc, socket.gaierror):
+        return f"the host name does not resolve ({exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _tcp_connect(host: str, port: int) -> socket.socket:
+    """A connected TCP socket to `host:port`; OSError when nothing listens there (refused, unknown, no route)."""
+    loop = asyncio.get_running_loop()
+    error: OSError | None = None
+    for family, kind, proto, _, address in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise error or OSError(f"no address for {host}")
+
+
 class EpisodeClient:
     """One connection to an env server, playing one episode after another.
 
     `async with EpisodeClient(url) as env: prompt, system, tools = await env.reset("eval", 3)`.
+    `reset_timeout` bounds a reset's wait for room (or for a restarting server); `connect_timeout`
+    bounds how long it keeps trying while nothing listens at `url` (then `EnvUnreachableError`);
+    `tool_timeout` is the server's per-call deadline (the client waits a little longer).
     """
 
     def __init__(
@@ -108,12 +214,15 @@ class EpisodeClient:
         token_var: str | None = None,
         reset_timeout: float = 600,
         tool_timeout: float = 60,
-        connect_timeout: float = 10,
+        connect_timeout: float = 30,
     ) -> None:
         self.url = ws_url(url)
         self.reset_timeout = float(reset_timeout)
         self.tool_timeout = float(tool_timeout)
         self.connect_timeout = float(connect_timeout)
+        if min(self.reset_timeout, self.tool_timeout, self.connect_timeout) <= 0:
+            raise ValueError(f"timeouts must be positive (reset {reset_timeout}, tool {tool_timeout}, "
+                             f"connect {connect_timeout})")
         self._headers: dict[str, str] = {}
         if token_var:
             token = os.environ.get(token_var)
@@ -133,32 +242,44 @@ class EpisodeClient:
 
     # -- connection ----------------------------------------------------------------------------------
 
-    async def _connect(self, deadline: float) -> ClientConnection:
-        """Connect, retrying refused connections until `deadline`."""
-        delay = 0.05
-        while True:
-            try:
-                return await connect(
-                    self.url,
-                    additional_headers=self._headers or None,
-                    open_timeout=max(0.1, min(self.connect_timeout, deadline - time.monotonic())),
-                    max_size=64 * 2**20,
-                    compression=None,
-                    proxy=None,
-                )
-            except InvalidStatus as exc:
-                status = exc.response.status_code
-                if status in (401, 403):
-                    raise EnvAuthError(f"{self.url} refused the connection (HTTP {status})") from exc
-                err: Exception = exc
-            except InvalidURI as exc:
-                raise EnvConnectionError(f"bad env server URL {self.url}: {exc}") from exc
-            except (OSError, InvalidHandshake, TimeoutError, ConnectionClosed) as exc:
-                err = exc
-            if time.monotonic() + delay > deadline:
-                raise EnvConnectionError(f"could not connect to {self.url}: {err!r}") from err
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+    async def _open(self, timeout: float) -> ClientConnection:
+        """One connection attempt. Raises `_Retry` for what may pass (unreachable when the TCP connect
+        itself failed), EnvAuthError or EnvConnectionError for what will not."""
+        try:
+            uri = parse_uri(self.url)
+        except InvalidURI as exc:
+            raise EnvConnectionError(f"bad env server URL {self.url}: {exc}") from exc
+        timeout = min(OPEN_TIMEOUT_S, timeout)
+        tcp_timeout = min(timeout, self.connect_timeout)
+        try:
+            # The TCP connect on its own, so that "nothing listens" is told apart from a slow handshake.
+            sock = await asyncio.wait_for(_tcp_connect(uri.host, uri.port), tcp_timeout)
+        except (OSError, TimeoutError) as exc:
+            cause = exc if str(exc) else TimeoutError(f"no TCP connection within {tcp_timeout:g}s")
+            raise _Retry(cause, unreachable=True) from exc
+        try:
+            return await connect(
+                self.url,
+                sock=sock,
+                additional_headers=self._headers or None,
+                open_timeout=timeout,
+                max_size=64 * 2**20,
+                compression=None,
+            )
+        except InvalidStatus as exc:
+            sock.close()
+            status = exc.response.status_code
+            if status in (401, 403):
+                raise EnvAuthError(f"{self.url} refused the connection (HTTP {status})") from exc
+            if status in _BUSY_STATUSES or status in _NO_UPSTREAM_STATUSES:
+                raise _Retry(exc, unreachable=status in _NO_UPSTREAM_STATUSES) from exc
+            raise EnvConnectionError(f"{self.url} answered the WebSocket upgrade with HTTP {status}") from exc
+        except (OSError, InvalidHandshake, TimeoutError, ConnectionClosed) as exc:
+            sock.close()  # the server is there but the handshake failed: it may be starting or overloaded
+            raise _Retry(exc, unreachable=False) from exc
+        except BaseException:
+            sock.close()
+            raise
 
     async def _drop(self) -> None:
         ws, self._ws, self._live = self._ws, None, False
@@ -203,34 +324,18 @@ class EpisodeClient:
     async def reset(self, split: str, index: int) -> tuple[str, str, list[dict[str, Any]]]:
         """Start task `index` of `split`: (prompt, system_prompt, tools as OpenAI function schemas).
 
-        Waits for room on a full server and for a restarting one, up to `reset_timeout` in all.
+        Waits for room on a full server and for a restarting one, up to `reset_timeout` in all; raises
+        EnvUnreachableError once nothing has listened at the URL for `connect_timeout`.
         """
-        deadline = time.monotonic() + self.reset_timeout
         self._live = False
-        delay = 0.05
-        while True:
-            if self._ws is None:
-                self._ws = await self._connect(deadline)
-            remaining = deadline - time.monotonic()
-            try:
-                data = await self._exchange({"type": "reset", "data": {"split": split, "index": index}}, remaining)
-            except EnvProtocolError as exc:
-                if exc.code != "CAPACITY_REACHED":
-                    raise
-                await self._drop()
-                retry: Exception = exc
-            except EnvTimeoutError:
-                raise
-            except EnvAuthError:
-                raise
-            except EnvConnectionError as exc:  # the server went away: wait for it to come back
-                retry = exc
-            else:
-                break
-            if time.monotonic() + delay > deadline:
-                raise EnvConnectionError(f"no room for an episode on {self.url} before the deadline: {retry}")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        clock = _Deadlines(self)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(_Retry),
+            wait=clock.wait,
+            stop=clock.stop,
+            retry_error_callback=clock.give_up,
+        )
+        data = await retrying(self._try_reset, split, index, clock)
         meta = (data.get("observation") or {}).get("metadata") or data.get("metadata") or {}
         if data.get("done") or meta.get("status") == "error":
             raise EnvResetError(meta.get("error") or "the reset failed", meta)
@@ -239,9 +344,31 @@ class EpisodeClient:
         self._live = True
         return meta.get("prompt", ""), meta.get("system_prompt", ""), self.tools
 
+    async def _try_reset(self, split: str, index: int, clock: _Deadlines) -> dict[str, Any]:
+        """One attempt: connect if needed and send the reset. `_Retry` when it may work later."""
+        try:
+            if self._ws is None:
+                self._ws = await self._open(clock.remaining())
+            frame = {"type": "reset", "data": {"split": split, "index": index}}
+            try:
+                data = await self._exchange(frame, clock.remaining())
+            except EnvProtocolError as exc:
+                if exc.code != "CAPACITY_REACHED":
+                    raise
+                await self._drop()
+                raise _Retry(exc, unreachable=False) from exc
+            except (EnvTimeoutError, EnvAuthError):
+                raise
+            except EnvConnectionError as exc:  # the server went away: wait for it to come back
+                raise _Retry(exc, unreachable=False) from exc
+        except _Retry as exc:
+            clock.note(exc.unreachable)
+            raise
+        return data
+
     async def _list_tools(self) -> list[dict[str, Any]]:
         data = await self._exchange({"type": "step", "data": {"type": "list_tools"}}, self.tool_timeout)
-        return [_openai_tool(t) for t in (data.get("observation") or {}).get("tools", [])]
+        return [openai_tool(t) for t in (data.get("observation") or {}).get("tools", [])]
 
     async def call(self, name: str, arguments: dict[str, Any] | None = None) -> CallResult:
         """Call a tool of the current turn (or `end_turn`)."""

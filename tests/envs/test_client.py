@@ -8,6 +8,8 @@ import time
 
 import pytest
 from websockets.asyncio.server import serve as ws_serve
+from websockets.datastructures import Headers
+from websockets.http11 import Response
 
 from agentrl.envs.client import (
     EnvAuthError,
@@ -15,7 +17,9 @@ from agentrl.envs.client import (
     EnvConnectionError,
     EnvResetError,
     EnvTimeoutError,
+    EnvUnreachableError,
     EpisodeClient,
+    openai_tool,
     ws_url,
 )
 from agentrl.envs.server import build_app, serve_in_background, start_server_in_thread
@@ -109,12 +113,69 @@ async def test_token_from_the_environment(monkeypatch):
         EpisodeClient("http://127.0.0.1:1", token_var="NOT_SET_ANYWHERE")
 
 
-async def test_unreachable_server_fails_fast():
-    t0 = time.monotonic()
-    with pytest.raises(EnvConnectionError):
-        async with EpisodeClient(f"http://127.0.0.1:{free_port()}", reset_timeout=0.5) as env:
+async def test_nothing_listening_gives_up_after_connect_timeout_not_reset_timeout():
+    url = f"http://127.0.0.1:{free_port()}"
+    async with asyncio.timeout(60):  # only a hang guard: with the bug it waits the whole reset_timeout
+        with pytest.raises(EnvUnreachableError) as ei:
+            async with EpisodeClient(url, reset_timeout=600, connect_timeout=0.5) as env:
+                await env.reset("eval", 0)
+    assert ei.value.url == ws_url(url) and ws_url(url) in str(ei.value)
+    assert "connect_timeout 0.5s" in str(ei.value) and "refused" in str(ei.value).lower()
+    # A reset_timeout shorter than connect_timeout still bounds the wait, and the cause is still named.
+    with pytest.raises(EnvUnreachableError):
+        async with asyncio.timeout(60), EpisodeClient(url, reset_timeout=0.3) as env:
             await env.reset("eval", 0)
-    assert time.monotonic() - t0 < 15  # "fast": no retry loop to a long deadline; generous for a loaded box
+    # An unknown host is unreachable too.
+    with pytest.raises(EnvUnreachableError, match="no-such-host.invalid"):
+        async with asyncio.timeout(60), EpisodeClient("http://no-such-host.invalid:80", connect_timeout=0.3) as env:
+            await env.reset("eval", 0)
+
+
+def test_bad_timeouts_are_refused():
+    with pytest.raises(ValueError, match="connect 0"):
+        EpisodeClient("http://127.0.0.1:1", connect_timeout=0)
+
+
+async def _http_server(status: int, calls: list[int]):
+    """A WebSocket server that answers every upgrade with HTTP `status` (a restarting server says 503)."""
+
+    def refuse(connection, request):
+        calls.append(status)
+        return Response(status, "refused", Headers([("Content-Length", "0")]), b"")
+
+    return ws_serve(lambda ws: ws.close(), "127.0.0.1", 0, process_request=refuse)
+
+
+async def test_a_server_answering_503_is_waited_for_until_reset_timeout():
+    calls: list[int] = []
+    async with await _http_server(503, calls) as server:
+        port = server.sockets[0].getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(EnvConnectionError) as ei:
+            async with asyncio.timeout(60), EpisodeClient(f"http://127.0.0.1:{port}", reset_timeout=1.5,
+                                                          connect_timeout=0.1) as env:
+                await env.reset("eval", 0)
+        # It answers, so it is not "unreachable": the wait is reset_timeout's, not connect_timeout's.
+        assert not isinstance(ei.value, EnvUnreachableError) and "503" in str(ei.value)
+        assert time.monotonic() - t0 >= 1.0 and len(calls) > 2
+
+
+async def test_a_wrong_path_fails_at_once():
+    calls: list[int] = []
+    async with await _http_server(404, calls) as server:
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(EnvConnectionError, match="HTTP 404"):
+            async with asyncio.timeout(60), EpisodeClient(f"http://127.0.0.1:{port}", reset_timeout=600) as env:
+                await env.reset("eval", 0)
+        assert calls == [404]
+
+
+def test_openai_tool_reads_either_schema_spelling():
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}}
+    for key in ("input_schema", "inputSchema"):
+        assert openai_tool({"name": "t", key: schema}) == {
+            "type": "function", "function": {"name": "t", "description": "", "parameters": schema}}
+    assert openai_tool({"name": "t"})["function"]["parameters"] == {"type": "object", "properties": {}}
 
 
 async def test_silent_server_times_out():
@@ -141,7 +202,8 @@ async def test_waits_for_room_on_a_full_server():
             await asyncio.sleep(0.5)
             await holder.close()
 
-        async with EpisodeClient(url, reset_timeout=10) as patient:
+        # A full server answers, so connect_timeout does not cut the wait short.
+        async with EpisodeClient(url, reset_timeout=10, connect_timeout=0.1) as patient:
             t0 = time.monotonic()
             releaser = asyncio.create_task(release())
             prompt, _, _ = await patient.reset("eval", 1)

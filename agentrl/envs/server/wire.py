@@ -18,7 +18,6 @@ UNKNOWN_TYPE = "UNKNOWN_TYPE"
 VALIDATION_ERROR = "VALIDATION_ERROR"
 EXECUTION_ERROR = "EXECUTION_ERROR"
 CAPACITY_REACHED = "CAPACITY_REACHED"
-SESSION_ERROR = "SESSION_ERROR"
 
 # Tool error types (openenv-core's ToolErrorType); any other value breaks the client's parser.
 TOOL_NOT_FOUND = "tool_not_found"
@@ -190,15 +189,6 @@ def mcp_tool(openai_tool: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"a tool schema without a name: {openai_tool!r}")
     schema = fn.get("parameters") or fn.get("input_schema") or {"type": "object", "properties": {}}
     return {"name": name, "description": fn.get("description") or "", "input_schema": schema}
-
-
-def openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    """An MCP tool (either key spelling) as an OpenAI function schema."""
-    schema = tool.get("input_schema") or tool.get("inputSchema") or {"type": "object", "properties": {}}
-    return {
-        "type": "function",
-        "function": {"name": tool["name"], "description": tool.get("description") or "", "parameters": schema},
-    }
 
 
 def jsonrpc_result(rid: Any, result: Any) -> dict[str, Any]:
