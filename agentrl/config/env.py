@@ -15,7 +15,10 @@ class EnvServerConfig:
     port: int = 0  # 0 picks a free port
     max_concurrent_envs: int = 64
     tool_timeout: float = 60.0  # seconds
-    reset_timeout: float = 600.0  # seconds
+    reset_timeout: float = 600.0  # seconds a reset may wait for room on a full or restarting server
+    # Seconds a rollout keeps trying while nothing listens at the URL (refused, unknown host, no route)
+    # before it is flagged env_unreachable; shorter than reset_timeout so a dead server stops a run fast.
+    connect_timeout: float = 30.0
     # The *name* of the environment variable that holds the bearer token; the token never enters config.
     token_var: str | None = None
 
