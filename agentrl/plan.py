@@ -101,4 +101,9 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     for split in (cfg.env.train_split, cfg.env.eval_split):
         if split not in bundle.splits():
             raise PlanError(f"env: bundle {bundle.name} has no split {split!r}; it has {sorted(bundle.splits())}")
+    # A teacher the bundle does not offer fails here, before any model is made or trained.
+    from agentrl.trainers.warm_start import teacher_problem
+
+    if problem := teacher_problem(cfg, bundle):
+        raise PlanError(problem)
     return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, model_factory, inference_factory)

@@ -143,10 +143,12 @@ def load_bundle(bundle: str, train_split: str = "train", eval_split: str = "eval
 class FolderBundle(Bundle):
     """Shared plumbing for bundles served from a folder: split files, lazy loading, `spec()`.
 
-    Subclasses set `OPTIONS` and implement `task_info` and `episode`; `rows(split)` gives a split's records.
+    Subclasses set `OPTIONS` (and `DATA_OPTIONS`, those of them that change the data) and implement
+    `task_info` and `episode`; `rows(split)` gives a split's records.
     """
 
     OPTIONS: dict[str, Any] = {}
+    DATA_OPTIONS: tuple[str, ...] = ()
 
     def __init__(self, folder: Path, manifest: Mapping[str, Any], *, source: str, train_split: str = "train",
                  eval_split: str = "eval", **options: Any) -> None:
@@ -189,6 +191,9 @@ class FolderBundle(Bundle):
         if not isinstance(index, int) or not 0 <= index < len(rows):
             raise IndexError(f"bundle {self.name!r} split {split!r} has no task {index!r} (0..{len(rows) - 1})")
         return rows[index]
+
+    def data_options(self) -> dict[str, Any]:
+        return {k: self.options[k] for k in self.DATA_OPTIONS}
 
     def task_info(self, split: str, index: int) -> TaskInfo:  # pragma: no cover - subclasses override
         raise NotImplementedError

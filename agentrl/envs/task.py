@@ -77,6 +77,13 @@ class Bundle(ABC):
     # sandbox then calls them on the event loop, since a worker-thread hop costs more than such a call.
     # Leave False for anything that can block (I/O, subprocesses, sleeps): those run on worker threads.
     inline_episodes: bool = False
+    # The teachers `demonstration` can play (GridSim: optimal, greedy). An SFT run or warm start must name one
+    # of them; empty: the bundle has no demonstrations.
+    teachers: tuple[str, ...] = ()
+    # How the eval reward is also broken down: a public task fact (a `TaskInfo.extra` key) -> the metric name
+    # its values are averaged under, `{}` standing for the value. GridSim: {"duration_h": "reward_{}h"} gives
+    # eval/reward_1h, eval/reward_2h, eval/reward_4h. Empty: the mean only.
+    eval_breakdown: dict[str, str] = {}
 
     @abstractmethod
     def splits(self) -> dict[str, int]:
@@ -95,8 +102,13 @@ class Bundle(ABC):
         """Keyword arguments for `agentrl.envs.bundles.load_bundle` that rebuild this bundle elsewhere
         (e.g. inside a Docker sandbox): {"bundle": <name or absolute folder>, **options}. JSON-safe."""
 
+    def data_options(self) -> dict[str, Any]:
+        """The options that change this bundle's data (prompts, demonstrations), by name: part of the key of
+        anything made from that data and cached (the SFT warm start). {} when no option does."""
+        return {}
+
     def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
-        """A chat transcript of the task played by `teacher`, for SFT. Optional."""
+        """A chat transcript of the task played by `teacher` (one of `teachers`), for SFT. Optional."""
         raise NotImplementedError(f"bundle {self.name!r} has no demonstrations")
 
     def demonstration_variant(self, split: str, index: int, teacher: str, rng: Any) -> list[dict[str, Any]]:

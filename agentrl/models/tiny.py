@@ -12,12 +12,12 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from agentrl.fsutil import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +61,9 @@ def ensure_tiny_model(path: str, seed: int = 0, vocab_size: int = 2048, hidden_s
     with _file_lock(target.parent / f".{target.name}.lock"):
         if _is_built(target, settings):  # another process finished it while we waited
             return str(target)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
-        try:
+        with atomic_dir(target, tag="building") as tmp:
             build_tiny_model(tmp, **settings)
             _make_readable(tmp)
-            os.rename(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
 
 

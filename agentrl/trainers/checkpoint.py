@@ -9,16 +9,16 @@ place only when complete, so a kill or a full disk leaves the previous checkpoin
 from __future__ import annotations
 
 import errno
-import os
 import random
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from agentrl.fsutil import atomic_dir
 
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
 
@@ -67,21 +67,16 @@ def save(root: Path, step: int, *, model: Any, tokenizer: Any, state: dict[str, 
     `policies` maps each further policy's name to its (model, tokenizer), saved under `policies/<name>/`.
     """
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     target = root / f"step-{step:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=root))
     try:
-        model.save_pretrained(tmp / "model")
-        tokenizer.save_pretrained(tmp / "model")
-        for name, (other, other_tokenizer) in (policies or {}).items():
-            other.save_pretrained(policy_path(tmp, name))
-            other_tokenizer.save_pretrained(policy_path(tmp, name))
-        torch.save({**state, "step": step, "rng": rng_state()}, tmp / "state.pt")
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(tmp, target)
+        with atomic_dir(target) as tmp:
+            model.save_pretrained(tmp / "model")
+            tokenizer.save_pretrained(tmp / "model")
+            for name, (other, other_tokenizer) in (policies or {}).items():
+                other.save_pretrained(policy_path(tmp, name))
+                other_tokenizer.save_pretrained(policy_path(tmp, name))
+            torch.save({**state, "step": step, "rng": rng_state()}, tmp / "state.pt")
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else str(exc)
         good = latest(root)
         raise CheckpointError(f"could not write checkpoint {target}: {why}; the last good checkpoint is "

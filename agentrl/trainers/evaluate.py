@@ -1,11 +1,18 @@
-"""Evaluation by playing real episodes: one rollout per eval task, scored by the env's grader."""
+"""Evaluation by playing real episodes: one rollout per eval task, scored by the env's grader.
+
+Each evaluation prints one line as it ends (`eval_line`), so a run's progress shows without MLflow.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
+
+from tqdm import tqdm
 
 from agentrl.trainers.rollout import Played, make_row
 
@@ -16,8 +23,9 @@ def eval_indices(bundle: Any, split: str, limit: int | None) -> list[int]:
     return list(range(count if limit is None else min(int(limit), count)))
 
 
-def reward_metrics(played: list[Played], prefix: str) -> dict[str, float]:
-    """Mean reward, its standard error, the share of zero rewards, and the mean by battery duration (GridSim)."""
+def reward_metrics(played: list[Played], prefix: str, breakdown: Mapping[str, str] | None = None) -> dict[str, float]:
+    """Mean reward, its standard error, the share of zero rewards, and the mean by each task fact the bundle
+    breaks its eval down by (`Bundle.eval_breakdown`: fact -> metric name, `{}` standing for the value)."""
     if not played:
         return {}
     rewards = [p.reward for p in played]
@@ -26,20 +34,33 @@ def reward_metrics(played: list[Played], prefix: str) -> dict[str, float]:
     var = sum((r - mean) ** 2 for r in rewards) / max(n - 1, 1)
     out = {f"{prefix}/reward": mean, f"{prefix}/reward_stderr": math.sqrt(var / n),
            f"{prefix}/zero_share": sum(r == 0 for r in rewards) / n}
-    by_duration: dict[Any, list[float]] = defaultdict(list)
-    for p in played:
-        duration = (p.row["metadata"].get("task") or {}).get("duration_h")
-        if duration is not None:
-            by_duration[duration].append(p.reward)
-    for duration, rs in sorted(by_duration.items()):
-        out[f"{prefix}/reward_{duration}h"] = sum(rs) / len(rs)
+    for fact, name in (breakdown or {}).items():
+        by_value: dict[Any, list[float]] = defaultdict(list)
+        for p in played:
+            value = (p.row["metadata"].get("task") or {}).get(fact)
+            if value is not None:
+                by_value[value].append(p.reward)
+        for value, rs in sorted(by_value.items()):
+            out[f"{prefix}/{name.format(value)}"] = sum(rs) / len(rs)
     return out
+
+
+def eval_line(metrics: Mapping[str, float], seconds: float, *, prefix: str = "eval", step: int | None = None) -> str:
+    """One line for an evaluation: step, mean reward ± its standard error, zero share, tasks' seconds."""
+    at = f"step {step} " if step is not None else ""
+    return (f"{at}{prefix}/reward {metrics.get(f'{prefix}/reward', float('nan')):.3f} "
+            f"± {metrics.get(f'{prefix}/reward_stderr', float('nan')):.3f}, "
+            f"zero share {metrics.get(f'{prefix}/zero_share', float('nan')):.2f}, {seconds:.1f} s")
 
 
 def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, temperature: float,
              top_p: float = 1.0, seed_parts: tuple[Any, ...] = (), prefix: str = "eval",
-             chunk: int = 64) -> tuple[dict[str, float], list[Played]]:
-    """Play every eval task once at `temperature` (0: greedy); returns (metrics, the rollouts in task order)."""
+             chunk: int = 64, step: int | None = None, quiet: bool = False) -> tuple[dict[str, float], list[Played]]:
+    """Play every eval task once at `temperature` (0: greedy); returns (metrics, the rollouts in task order).
+
+    Prints `eval_line` when done (above any progress bar) unless `quiet`; `step` only labels that line.
+    """
+    started = time.monotonic()
     rows = [make_row(bundle, split, i, services.env_url, services.env_settings)
             for i in eval_indices(bundle, split, limit)]
     kwargs: dict[str, Any] = {"temperature": float(temperature), "top_p": float(top_p),
@@ -49,4 +70,7 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, tempe
         groups = asyncio.run(services.runner.play_rows(rows[start:start + chunk], 1, request_kwargs=kwargs,
                                                        seed_parts=(*seed_parts, prefix)))
         played += [g[0] for g in groups if g]
-    return reward_metrics(played, prefix), played
+    metrics = reward_metrics(played, prefix, getattr(bundle, "eval_breakdown", None))
+    if not quiet:
+        tqdm.write(eval_line(metrics, time.monotonic() - started, prefix=prefix, step=step))
+    return metrics, played

@@ -2,20 +2,17 @@
 
 Each train task's demonstration (system, user, the teacher's tool call, the tool's answer) is rendered by
 the model's chat template; the loss is the mean cross-entropy over the assistant's tokens only (the
-template's generation blocks). Evaluation plays real episodes of the eval split through the same
-engine, session server and env server that GRPO uses. The result is a Hugging Face folder (model +
-tokenizer) written to a temporary folder and renamed into place.
+template's generation blocks). The teacher is one the bundle offers (`Bundle.teachers`). Evaluation plays
+real episodes of the eval split through the same engine, session server and env server that GRPO uses.
+The result is a Hugging Face folder (model + tokenizer) written whole or not at all (`fsutil.atomic_dir`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import math
-import os
 import random
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +23,8 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from agentrl.devices import model_device, set_threads, train_device
+from agentrl.fsutil import atomic_dir
+from agentrl.trainers.evaluate import evaluate
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 
 log = logging.getLogger(__name__)
@@ -35,10 +34,28 @@ log = logging.getLogger(__name__)
 SFT_SETTINGS = ("teacher", "steps", "lr", "batch_samples", "warmup_steps", "augment", "weight_decay")
 
 
-def sft_checkpoint_path(cfg: DictConfig, settings: Any) -> Path:
-    """Where the SFT result for these settings lives: reused by every run that asks for the same warm start."""
+def data_key(bundle: Any) -> str:
+    """The bundle's data options (`Bundle.data_options`) as one key part: their values joined by `|`.
+
+    A bundle without any gives "None", and one option its bare value: the key read `env.prompt_style` before
+    bundles declared their options, so warm starts cached then keep their folder names.
+    """
+    options = bundle.data_options() if hasattr(bundle, "data_options") else {}
+    return "|".join(map(str, options.values())) if options else "None"
+
+
+def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any = None) -> Path:
+    """Where the SFT result for these settings lives: reused by every run that asks for the same warm start.
+
+    The key holds the bundle, its data options, the train split, the base model, the seed and `SFT_SETTINGS`;
+    `bundle` is the run's loaded bundle (loaded from `cfg.env` when not given).
+    """
     env = cfg.env
-    key = "|".join(map(str, (env.bundle, env.get("prompt_style"), env.train_split, cfg.model.path, cfg.seed,
+    if bundle is None:
+        from hydra.utils import instantiate
+
+        bundle = instantiate(env)
+    key = "|".join(map(str, (env.bundle, data_key(bundle), env.train_split, cfg.model.path, cfg.seed,
                              *(settings[k] for k in SFT_SETTINGS))))
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     name = f"{Path(str(env.bundle)).name}-{settings['teacher']}-s{settings['steps']}-{digest}"
@@ -71,12 +88,18 @@ def encode_demonstrations(tokenizer: Any, bundle: Any, split: str, teacher: str,
     return out
 
 
-def lr_factor(step: int, steps: int, warmup: int) -> float:
-    """Linear warmup to 1, then cosine decay to 0.1 at the last step."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(steps - warmup, 1)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+def lr_schedule(optimizer: torch.optim.Optimizer, steps: int, warmup: int) -> Any:
+    """Linear warmup to the full rate over `warmup` steps, then cosine decay to 0.1 of it at the last step.
+
+    transformers' schedule starts at step 0 with rate 0 (a step that only moves AdamW's moments); starting it
+    one step in keeps the first step at 1/warmup of the rate, as SFT has always trained.
+    """
+    from transformers import get_cosine_with_min_lr_schedule_with_warmup
+
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])  # what a scheduler that starts past step 0 reads
+    return get_cosine_with_min_lr_schedule_with_warmup(optimizer, num_warmup_steps=warmup, num_training_steps=steps,
+                                                       min_lr_rate=0.1, last_epoch=0)
 
 
 def sft_batch(batch: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -103,25 +126,17 @@ def sft_loss(model: Any, batch: list[tuple[list[int], list[int]]], pad_id: int) 
 
 
 def save_hf_folder(model: Any, tokenizer: Any, target: Path) -> Path:
-    """Write model + tokenizer to a temporary sibling and rename it over `target` (never half-written)."""
+    """Write model + tokenizer as a Hugging Face folder at `target`, replacing it whole (never half-written)."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        for extra in ("agentrl_tiny.json",):  # keep the tiny model's build record next to its weights
-            src = Path(getattr(model, "name_or_path", "")) / extra
-            if src.is_file():
-                shutil.copy(src, tmp / extra)
-        old = target.with_name(f".{target.name}.old")
-        if target.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(target, old)
-        os.rename(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
+        with atomic_dir(target) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            for extra in ("agentrl_tiny.json",):  # keep the tiny model's build record next to its weights
+                src = Path(getattr(model, "name_or_path", "")) / extra
+                if src.is_file():
+                    shutil.copy(src, tmp / extra)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise OSError(f"could not save the model to {target}: {exc} (is the disk full?)") from exc
     return target
 
@@ -135,7 +150,7 @@ def train_sft(model: Any, tokenizer: Any, data: list[tuple[list[int], list[int]]
         raise ValueError("SFT has no demonstrations to train on")
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, warmup_steps))
+    sched = lr_schedule(opt, steps, warmup_steps)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     model.train()
     loss_value = float("nan")
@@ -164,26 +179,33 @@ class SFTTrainer:
     def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
         t = cfg.trainer
-        self.output_dir = Path(t.output_dir) if t.get("output_dir") else sft_checkpoint_path(cfg, t)
+        self.output_dir = Path(t.output_dir) if t.get("output_dir") else sft_checkpoint_path(cfg, t, plan.bundle)
 
     def fit(self) -> dict[str, float]:
-        from agentrl.trainers.evaluate import evaluate
+        """Train, then play the eval split sampled and greedy-decoded; returns the metrics, among them
+        `eval/reward`, `eval_greedy/reward`, `time/train_total_s` and `time/eval_total_s`."""
         from agentrl.trainers.services import start_services
 
         cfg, t = self.cfg, self.cfg.trainer
         set_threads(cfg)
         metrics = run_sft(cfg, self.plan, self.output_dir, t, eval_every=int(t.eval_every), tracker=self.tracker)
+        started = time.monotonic()
         services = start_services(cfg, self.plan, str(self.output_dir))
         try:
             final, _ = evaluate(services, self.plan.bundle, cfg.env.eval_split, limit=t.eval_limit,
-                                temperature=float(t.eval_temperature), seed_parts=(cfg.seed, "final"))
+                                temperature=float(t.eval_temperature), seed_parts=(cfg.seed, "final"),
+                                step=int(t.steps))
             greedy, _ = evaluate(services, self.plan.bundle, cfg.env.eval_split, limit=t.eval_limit,
-                                 temperature=0.0, prefix="eval_greedy")
+                                 temperature=0.0, prefix="eval_greedy", step=int(t.steps))
         finally:
             services.close()
         final.update(greedy)
+        final["time/eval_total_s"] = metrics.pop("time/eval_total_s") + time.monotonic() - started
+        final["time/train_total_s"] = metrics["time/train_total_s"]
         self.tracker.log(final, step=int(t.steps))
         self.tracker.set_tags({"agentrl.checkpoint": str(self.output_dir)})
+        if hasattr(self.tracker, "log_model"):
+            self.tracker.log_model(self.output_dir)
         metrics.update(final)
         log.info("SFT done: %s", {k: round(v, 4) for k, v in final.items()})
         print(f"SFT model saved to {self.output_dir}; eval/reward {final.get('eval/reward', float('nan')):.4f} "
@@ -192,17 +214,18 @@ class SFTTrainer:
 
 
 def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval_every: int = 0, tracker: Any = None,
-            step_offset: int = 0) -> dict[str, float]:
+            step_offset: int = 0, prefix: str = "") -> dict[str, float]:
     """Make the base model, train it on the demonstrations `settings` (`SFT_SETTINGS`) name, save it to
-    `output_dir`; returns metrics.
+    `output_dir`; returns `sft/loss` (the last), `sft/train_s` (wall seconds), and the split of them into
+    `time/train_total_s` and `time/eval_total_s` (the evaluations during training).
 
-    Used by `SFTTrainer` and by GRPO's warm start. With a tracker, `sft/loss` is logged every 10 steps and
-    (when `eval_every` > 0) `eval/*` from played episodes every `eval_every` steps.
+    With a tracker, the loss is logged every 10 steps and (when `eval_every` > 0) `eval/*` from played
+    episodes every `eval_every` steps: as `sft/loss` and `eval/*`, or with a `prefix` as `<prefix>/loss` and
+    `<prefix>/eval/*` (GRPO's warm start logs under `warm_start` in the GRPO run).
     """
     from hydra.utils import instantiate
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentrl.trainers.evaluate import evaluate
     from agentrl.trainers.services import start_services
 
     torch.manual_seed(int(cfg.seed))
@@ -217,7 +240,8 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
                                  augment=int(settings["augment"]), seed=int(cfg.seed))
     log.info("SFT on %d %s demonstrations of %s for %d steps on %s", len(data), teacher, plan.bundle.name, steps,
              device)
-    last = {"loss": float("nan")}
+    last = {"loss": float("nan"), "eval_s": 0.0}
+    loss_key = f"{prefix}/loss" if prefix else "sft/loss"
     bar = tqdm(total=steps, desc=f"SFT ({teacher})", unit="step", mininterval=5.0, dynamic_ncols=True)
 
     def on_step(step: int, loss: float) -> None:
@@ -225,23 +249,28 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
         bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
         bar.update(1)
         if tracker is not None and (step % 10 == 0 or step == steps):
-            tracker.log({"sft/loss": loss}, step=step_offset + step)
+            tracker.log({loss_key: loss}, step=step_offset + step)
 
     def on_eval(step: int) -> None:
         if tracker is None:
             return
+        eval_started = time.monotonic()
         save_hf_folder(model, tokenizer, output_dir)
         services = start_services(cfg, plan, str(output_dir))
         try:
             m, _ = evaluate(services, plan.bundle, cfg.env.eval_split, limit=cfg.trainer.get("eval_limit"),
-                            temperature=float(cfg.trainer.get("eval_temperature", 1.1)), seed_parts=(cfg.seed, step))
+                            temperature=float(cfg.trainer.get("eval_temperature", 1.1)), seed_parts=(cfg.seed, step),
+                            step=step)
         finally:
             services.close()
-        tracker.log(m, step=step_offset + step)
+        tracker.log({f"{prefix}/{k}" if prefix else k: v for k, v in m.items()}, step=step_offset + step)
+        last["eval_s"] += time.monotonic() - eval_started
 
     train_sft(model, tokenizer, data, steps=steps, lr=float(settings["lr"]), batch_samples=int(settings["batch_samples"]),
               warmup_steps=int(settings["warmup_steps"]), weight_decay=float(settings["weight_decay"]),
               seed=int(cfg.seed), on_step=on_step, on_eval=on_eval, eval_every=eval_every)
     bar.close()
     save_hf_folder(model, tokenizer, output_dir)
-    return {"sft/loss": last["loss"], "sft/train_s": time.monotonic() - started}
+    wall = time.monotonic() - started
+    return {"sft/loss": last["loss"], "sft/train_s": wall, "time/train_total_s": wall - last["eval_s"],
+            "time/eval_total_s": last["eval_s"]}

@@ -1,18 +1,54 @@
 """The model folder a GRPO run starts from: the base model, a given SFT checkpoint, or the recipe's own SFT warm
 start (made on demand under `paths.checkpoint_dir/sft`, keyed by its settings, and reused by every run that asks
-for the same one)."""
+for the same one).
+
+A warm start made in a run is visible in that run's tracker: its loss curve (`warm_start/loss`), one eval of the
+result (`warm_start/eval/*`, played as GRPO plays its evals) and its wall time (`time/warm_start_total_s`). The
+tag `agentrl.warm_start` names the folder the run started from, and `agentrl.warm_start.reused` says whether a
+cached one was reused.
+"""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
+PREFIX = "warm_start"  # the warm start's metrics in the GRPO run: warm_start/loss, warm_start/eval/reward, ...
+
+
+def teacher_setting(cfg: DictConfig) -> tuple[str, str] | None:
+    """(config key, teacher) of the demonstrations this run trains on, or None when it trains on none."""
+    t = cfg.trainer
+    if "teacher" in t:  # trainer=sft
+        return "trainer.teacher", str(t.teacher)
+    ws = t.get("warm_start")
+    if ws is not None and ws.get("enabled") and not ws.get("checkpoint"):
+        return "trainer.warm_start.teacher", str(ws.teacher)
+    return None
+
+
+def teacher_problem(cfg: DictConfig, bundle: Any) -> str | None:
+    """Why this run's teacher cannot be used with `bundle` (not among `bundle.teachers`), or None when it can."""
+    setting = teacher_setting(cfg)
+    if setting is None:
+        return None
+    key, teacher = setting
+    offered = tuple(getattr(bundle, "teachers", ()))
+    if teacher in offered:
+        return None
+    if not offered:
+        return (f"{key}={teacher}: bundle {bundle.name} offers no teachers (it has no demonstrations); "
+                "start from the base model (trainer.warm_start.enabled=false) or a folder of your own "
+                "(trainer.warm_start.checkpoint=PATH)")
+    return f"{key}={teacher}: bundle {bundle.name} offers the teachers {', '.join(offered)}"
+
 
 def warm_start_path(cfg: DictConfig, plan: Any, tracker: Any = None) -> str:
     """The folder training starts from: `trainer.warm_start.checkpoint`, the SFT result (made if missing), or
-    the base model when the warm start is off."""
+    the base model when the warm start is off. With a tracker, a warm start made here is logged to it."""
     from hydra.utils import instantiate
 
     from agentrl.trainers.sft import run_sft, sft_checkpoint_path
@@ -24,9 +60,40 @@ def warm_start_path(cfg: DictConfig, plan: Any, tracker: Any = None) -> str:
     if ws.checkpoint:
         if not Path(ws.checkpoint).is_dir():
             raise FileNotFoundError(f"trainer.warm_start.checkpoint={ws.checkpoint} does not exist")
+        _tag(tracker, ws.checkpoint, reused=True)
         return str(ws.checkpoint)
-    path = sft_checkpoint_path(cfg, ws)
-    if not (path / "config.json").is_file():
-        print(f"warm start: SFT on {ws.teacher} demonstrations for {ws.steps} steps -> {path}", flush=True)
-        run_sft(cfg, plan, path, ws)
+    path = sft_checkpoint_path(cfg, ws, plan.bundle)
+    if (path / "config.json").is_file():
+        print(f"warm start: reusing {path}", flush=True)
+        _tag(tracker, path, reused=True)
+        return str(path)
+    print(f"warm start: SFT on {ws.teacher} demonstrations for {ws.steps} steps -> {path}", flush=True)
+    started = time.monotonic()
+    run_sft(cfg, plan, path, ws, tracker=tracker, prefix=PREFIX)
+    if tracker is not None:
+        metrics = _evaluate(cfg, plan, path)
+        metrics["time/warm_start_total_s"] = time.monotonic() - started
+        tracker.log(metrics, step=int(ws.steps))
+    _tag(tracker, path, reused=False)
     return str(path)
+
+
+def _evaluate(cfg: DictConfig, plan: Any, path: Path) -> dict[str, float]:
+    """`warm_start/eval/*`: the warm start's model played on the eval split with the trainer's eval settings."""
+    from agentrl.trainers.evaluate import evaluate
+    from agentrl.trainers.services import start_services
+
+    t = cfg.trainer
+    services = start_services(cfg, plan, str(path))
+    try:
+        metrics, _ = evaluate(services, plan.bundle, cfg.env.eval_split, limit=t.get("eval_limit"),
+                              temperature=float(t.get("temperature", 1.1)), top_p=float(t.get("top_p", 1.0)),
+                              seed_parts=(cfg.seed, PREFIX), prefix=f"{PREFIX}/eval")
+    finally:
+        services.close()
+    return metrics
+
+
+def _tag(tracker: Any, path: str | Path, *, reused: bool) -> None:
+    if tracker is not None:
+        tracker.set_tags({"agentrl.warm_start": str(path), "agentrl.warm_start.reused": str(reused).lower()})

@@ -11,6 +11,7 @@ from agentrl.envs.task import Episode, TaskInfo, ToolResult, Turn
 
 from .verify import answers_match, extract_answer, verify_answer
 
+TEACHERS = ("optimal", "label")  # both answer with the label
 SYSTEM_PROMPT = "You are a careful mathematician. Reason step by step and state one final answer."
 SUBMIT_ANSWER_TOOL: dict[str, Any] = {
     "type": "function",
@@ -127,6 +128,7 @@ class ArithBundle(FolderBundle):
 
     inline_episodes = True  # pure computation of microseconds: no worker thread needed
     OPTIONS = {"data_file": None, "prompt_key": "prompt", "label_key": "label"}
+    teachers = TEACHERS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -136,6 +138,12 @@ class ArithBundle(FolderBundle):
             self.options["data_file"] = str(path)
             self._rows["train"] = load_user_rows(path, self.options["prompt_key"], self.options["label_key"])
             self._counts["train"] = len(self._rows["train"])
+
+    def data_options(self) -> dict[str, Any]:
+        # The keys only matter for a user's file; without one the shipped rows are the data.
+        if not self.options["data_file"]:
+            return {}
+        return {k: self.options[k] for k in ("data_file", "prompt_key", "label_key")}
 
     def task_info(self, split: str, index: int) -> TaskInfo:
         r = self.row(split, index)
@@ -147,8 +155,8 @@ class ArithBundle(FolderBundle):
 
     def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
         """The problem answered correctly (teacher `optimal` or `label`): system, user, assistant messages."""
-        if teacher not in ("optimal", "label"):
-            raise ValueError(f"arith teacher must be 'optimal' or 'label', not {teacher!r}")
+        if teacher not in TEACHERS:
+            raise ValueError(f"arith teacher must be one of {TEACHERS}, not {teacher!r}")
         turn = self.episode(split, index).first_turn()
         return [{"role": "system", "content": turn.system_prompt}, {"role": "user", "content": turn.prompt},
                 {"role": "assistant", "content": f"Answer: {self.row(split, index)['label']}"}]

@@ -23,6 +23,9 @@ class GridSimBundle(FolderBundle):
 
     inline_episodes = True  # pure computation of microseconds: no worker thread needed
     OPTIONS = {"prompt_style": "full"}
+    DATA_OPTIONS = ("prompt_style",)
+    teachers = TEACHERS
+    eval_breakdown = {"duration_h": "reward_{}h"}  # a battery's hours of storage: 1h, 2h, 4h
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
