@@ -1,20 +1,17 @@
 """Text the tiny model's tokenizer is trained on, generated in code (nothing is downloaded).
 
 Two sources: a built-in synthetic corpus (battery-schedule and arithmetic chats with tool calls, tool
-results as JSON, numbers, English sentences), always present, and the prompts of the shipped bundles
-(GridSim in both prompt styles, arith) when they can be loaded. Everything is rendered with the tiny
+results as JSON, numbers, English sentences), and the chats of the shipped bundles (GridSim in both prompt
+styles, arith), frozen in `tokenizer_chats.jsonl.gz` beside this module. Everything is rendered with the tiny
 model's own chat template, so the template's fixed text is frequent enough to become a few tokens.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
-import logging
 import random
-from collections.abc import Iterator
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 # The corpus never depends on the model's seed: every seed shares one tokenizer.
 CORPUS_SEED = 20240101
@@ -155,29 +152,26 @@ def _plain_text(rng: random.Random) -> str:
     return json.dumps(obj)
 
 
-def _bundle_chats(name: str, per_split: int, **options: Any) -> Iterator[tuple[list, list]]:
-    """The first `per_split` tasks of each split of a shipped bundle, as played by one of its teachers where
-    it has demonstrations (GridSim: optimal or greedy, alternately), else as the opening turn."""
-    from agentrl.envs.bundles import load_bundle
-
-    bundle = load_bundle(bundle=name, **options)
-    for split, count in sorted(bundle.splits().items()):
-        for index in range(min(count, per_split)):
-            turn = bundle.episode(split, index).first_turn()
-            msgs = [{"role": "system", "content": turn.system_prompt}, {"role": "user", "content": turn.prompt}]
-            try:
-                demo = bundle.demonstration(split, index, ("optimal", "greedy")[index % 2])
-            except Exception:  # noqa: BLE001 - demonstrations are optional; many bundles have none
-                demo = None
-            yield (demo or msgs), turn.tools
+CHATS_FILE = "tokenizer_chats.jsonl.gz"
 
 
-def bundle_sources() -> list[tuple[str, dict[str, Any]]]:
-    """The shipped bundles (and options) whose prompts join the corpus."""
-    return [("gridsim", {"prompt_style": "compact"}), ("gridsim", {"prompt_style": "full"}), ("arith", {})]
+def bundle_chats() -> dict[str, list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]]:
+    """The shipped bundles' chats by source (`gridsim:compact`, ...), in corpus order: (messages, tools) each.
+
+    Read from a file frozen beside this module (made by `agentrl.envs.corpus`), so that making a model never
+    imports an env bundle, and the tokenizer changes only when that file is regenerated on purpose.
+    """
+    from importlib.resources import files
+
+    raw = files("agentrl.models").joinpath(CHATS_FILE).read_bytes()
+    out: dict[str, list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]] = {}
+    for line in gzip.decompress(raw).decode("utf-8").splitlines():
+        record = json.loads(line)
+        out.setdefault(record["source"], []).append((record["messages"], record["tools"]))
+    return out
 
 
-def corpus(synthetic_chats: int = 2000, bundle_tasks: int = 150, use_bundles: bool = True) -> tuple[list[str], list[str]]:
+def corpus(synthetic_chats: int = 2000, use_bundles: bool = True) -> tuple[list[str], list[str]]:
     """The training texts and the names of the sources that contributed (e.g. `gridsim:compact`).
 
     Deterministic for a given agentrl checkout: fixed seed, fixed task counts, no time limits.
@@ -198,13 +192,7 @@ def corpus(synthetic_chats: int = 2000, bundle_tasks: int = 150, use_bundles: bo
         texts.append(render(msgs, tools))
         texts.append(_plain_text(rng))
     if use_bundles:
-        for name, options in bundle_sources():
-            label = ":".join([name, *map(str, options.values())])
-            try:
-                chats = list(_bundle_chats(name, bundle_tasks, **options))
-            except Exception as e:  # noqa: BLE001 - a bundle that cannot load leaves the synthetic corpus
-                log.info("tiny tokenizer corpus: bundle %s not used (%s: %s)", label, type(e).__name__, e)
-                continue
+        for label, chats in bundle_chats().items():
             texts.extend(render(m, t) for m, t in chats)
             sources.append(label)
     return texts, sources
