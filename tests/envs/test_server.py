@@ -169,6 +169,24 @@ async def test_bad_input_gets_an_error_and_the_session_stays_usable(url):
         assert (data["reward"], data["done"]) == (1.0, True)
 
 
+async def test_deeply_nested_frames_get_an_error_and_the_session_lives_on(url):
+    deep_list = "[" * 1000 + "]" * 1000  # 2 KB: Python's JSON decoder raises RecursionError on it
+    deep_args = json.dumps(call("echo", text="x"))[:-3] + ', "nested": ' + '{"a": ' * 990 + "1" + "}" * 990 + "}}}"
+    deep_reset = '{"type": "reset", "data": {"split": ' + "[" * 5000 + "]" * 5000 + "}}"
+    async with connect(ws_of(url)) as ws:
+        assert (await ask(ws, reset("eval", 0)))["data"]["done"] is False
+        for frame in (deep_list, deep_args, deep_reset, deep_list.encode()):
+            reply = await ask(ws, frame)
+            assert reply["type"] == "error" and reply["data"]["code"] == "INVALID_JSON", reply
+            assert "nested deeper than" in reply["data"]["message"]
+        # Nesting within the limit reaches the tool, which answers as for any bad argument.
+        ok_depth = {"type": "step", "data": {"tool_name": "echo", "arguments": {"text": "y", "n": [[[[1]]]] * 3}}}
+        assert (await ask(ws, ok_depth))["data"]["observation"]["result"]["data"] == "y"
+        # The episode opened before the bad frames is still live on the same connection.
+        data = (await ask(ws, call("end_turn", response="answer-eval-0")))["data"]
+        assert (data["reward"], data["done"]) == (1.0, True)
+
+
 async def test_mcp_frames(url):
     async with connect(ws_of(url)) as ws:
         await ask(ws, reset("eval", 0))

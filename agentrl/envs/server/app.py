@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -204,9 +203,18 @@ def build_app(
 
 
 async def dispatch(session: Session, text: str) -> str | None:
-    """The reply frame to one client frame; None for `close`. Never raises."""
+    """The reply frame to one client frame; None for `close`. Never raises: whatever a frame holds, the
+    client gets the protocol's error reply and the session lives on."""
     try:
-        msg = json.loads(text)
+        return await _dispatch(session, text)
+    except Exception as exc:
+        log.exception("handling a frame failed")
+        return wire.error_frame(wire.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+async def _dispatch(session: Session, text: str) -> str | None:
+    try:
+        msg = wire.loads(text)
     except ValueError as exc:
         return wire.error_frame(wire.INVALID_JSON, f"Invalid JSON: {exc}")
     if not isinstance(msg, dict):

@@ -133,6 +133,37 @@ def parse_action(data: dict[str, Any]) -> ListToolsAction | CallToolAction:
     return CallToolAction.model_validate(data)
 
 
+# Deepest nesting a client frame may have. Python's JSON codecs recurse, so a small frame nested ~1,000 deep
+# raises RecursionError (not ValueError); anything past this depth is refused as invalid JSON instead.
+MAX_DEPTH = 100
+
+
+def loads(text: str) -> Any:
+    """A client frame's JSON. ValueError (with why) for text that is not JSON or is nested too deep."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
+    # The bracket count bounds the depth, so the walk runs only for frames that could be too deep.
+    if text.count("[") + text.count("{") > MAX_DEPTH and _depth_exceeds(value, MAX_DEPTH):
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether `value` nests objects/arrays more than `limit` deep (iterative: no recursion to exhaust)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
 def dumps(frame: dict[str, Any]) -> str:
     return json.dumps(frame, separators=(",", ":"), ensure_ascii=False, default=str)
 
