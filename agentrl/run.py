@@ -1,18 +1,27 @@
-"""One Hydra job: check the composition, build the plan, open tracking, train, return the objective."""
+"""One Hydra job: check the composition, build the plan, open tracking, train, say where everything is."""
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from pathlib import Path
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from agentrl.config.register import recipe_names
-from agentrl.plan import PlanError, build_plan
+from agentrl.config.validate import UnknownKeyError, check_typed_keys
+from agentrl.plan import Plan, PlanError, build_plan
+from agentrl.tracking.mlflow_tracker import DatasetRef, ui_command
 
 log = logging.getLogger("agentrl")
+
+# fit()'s metric keys that the closing block reports, when a trainer returns them.
+TIME_KEYS = (("warm start", "time/warm_start_total_s"), ("training", "time/train_total_s"),
+             ("eval", "time/eval_total_s"))
 
 
 class RecipeNotFound(SystemExit):
@@ -27,9 +36,64 @@ def check_recipe(cfg: DictConfig) -> None:
         )
 
 
+def dataset_refs(plan: Plan) -> list[DatasetRef]:
+    """The bundle's train and eval splits as MLflow dataset inputs (one entry when both are the same split)."""
+    cfg, bundle = plan.cfg, plan.bundle
+    counts = bundle.splits()
+    options = getattr(bundle, "data_options", dict)()
+    source = str(getattr(bundle, "folder", None) or bundle.name)  # a folder bundle's files live there
+    refs: dict[str, DatasetRef] = {}
+    for context, split in (("train", cfg.env.train_split), ("eval", cfg.env.eval_split)):
+        ref = DatasetRef(name=bundle.name, context=context, split=split, rows=counts[split],
+                         version=str(getattr(bundle, "version", "")), source=source,
+                         options=tuple(sorted(options.items())))
+        refs.setdefault(split, ref)
+    return list(refs.values())
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _value(metrics: dict[str, Any], key: str) -> float | None:
+    value = metrics.get(key)
+    try:
+        return float(value) if value is not None and math.isfinite(float(value)) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def closing_block(*, status: str, run_dir: Path, tracker: Any, metrics: dict[str, Any], wall_s: float) -> str:
+    """The one block the end of a run prints: where it all is, what it scored, where the time went.
+
+    Reports only what is present: a trainer that returns no greedy eval or no time split gets no such line.
+    """
+    lines = [f"== agentrl run {status} in {_minutes(wall_s)}", f"run folder    {run_dir}"]
+    uri = getattr(tracker, "tracking_uri", None)
+    if uri:
+        lines.append(f"MLflow        {uri}  experiment {tracker.experiment}  run {tracker.run_id}")
+        lines.append(f"browse        {ui_command(uri)}")
+        url = tracker.url() if hasattr(tracker, "url") else None
+        if url:
+            lines.append(f"              then {url}")
+    sampled, greedy = _value(metrics, "eval/reward"), _value(metrics, "eval_greedy/reward")
+    scores = [f"{v:.3f} {how}" for v, how in ((sampled, "sampled"), (greedy, "greedy-decoded")) if v is not None]
+    if scores:
+        lines.append(f"final eval/reward  {', '.join(scores)}")
+    parts = [f"{name} {_minutes(s)}" for name, key in TIME_KEYS if (s := _value(metrics, key)) is not None]
+    if parts:
+        lines.append(f"wall time     {', '.join(parts)} (total {_minutes(wall_s)})")
+    return "\n".join(lines)
+
+
 def run(cfg: DictConfig) -> float | None:
     """Run one job; return its final eval/reward (the objective a sweeper maximizes), None for a dry run."""
+    started = time.monotonic()
     check_recipe(cfg)
+    try:
+        check_typed_keys(cfg)  # also checked at compose time; here too for a config made another way
+    except UnknownKeyError as err:
+        raise SystemExit(f"agentrl: {err}") from None
     # One INFO line per request (every chat turn, every session) would drown the progress bars.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     hydra_cfg = HydraConfig.get()
@@ -48,24 +112,28 @@ def run(cfg: DictConfig) -> float | None:
         cfg, choices=choices, run_dir=run_dir, overrides=list(hydra_cfg.overrides.task),
         resume_run_id=resume_run_id,
     )
+    if not resume_run_id:
+        tracker.log_datasets(dataset_refs(plan))
     print(plan.describe(tracker.tracking_uri), flush=True)
     if cfg.dry_run:
         if hasattr(plan.trainer_cls, "dry_run_report"):  # e.g. Miles: the exact command it would launch
             print(plan.trainer_cls.dry_run_report(cfg, plan), flush=True)
-        print(f"dry run: composed, validated and instantiated; MLflow run {tracker.run_id}", flush=True)
+        print(f"dry run: composed, validated and instantiated; MLflow run {tracker.run_id} "
+              f"in experiment {tracker.experiment} (dry runs stay out of the real runs' list)", flush=True)
         tracker.finish()
         return None
 
     status = "FAILED"
+    metrics: dict[str, Any] = {}
     try:
         trainer = plan.trainer_cls(cfg, plan=plan, tracker=tracker)
-        metrics = trainer.fit()
+        metrics = trainer.fit() or {}
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
         tracker.finish(status)
-    objective = metrics.get("eval/reward")
-    log.info("final eval/reward: %s", objective)
-    return objective
+        print(closing_block(status=status, run_dir=run_dir, tracker=tracker, metrics=metrics,
+                            wall_s=time.monotonic() - started), flush=True)
+    return _value(metrics, "eval/reward")

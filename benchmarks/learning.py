@@ -125,7 +125,7 @@ def part_one(args: argparse.Namespace, home: Path, common: list[str], limit: int
 
 def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int | None) -> None:
     """(2) SFT on the greedy rule's demonstrations, then GRPO with the grader's reward."""
-    from agentrl.tracking.tracker import NullTracker
+    from agentrl.tracking.mlflow_tracker import MLflowTracker
 
     cfg2 = compose(["+recipe=gridsim_grpo", f"trainer.steps={args.grpo_steps}", "trainer.warm_start.teacher=greedy",
                     f"trainer.warm_start.steps={args.sft_steps}", f"trainer.eval_limit={limit or 200}",
@@ -136,10 +136,16 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
     from agentrl.trainers.grpo import GRPOTrainer
     from agentrl.trainers.warm_start import warm_start_path
 
-    tracker = NullTracker()
+    # A real MLflow run in the benchmark's own store (browse it with `mlflow ui`); the step split is read back from it.
+    tracker = MLflowTracker(tracking_uri=f"sqlite:///{home / 'mlflow.db'}", experiment="benchmark-learning",
+                            output_root=home)
+    tracker.start(cfg2, choices={}, run_dir=plan2.run_dir)
     trainer = GRPOTrainer(cfg2, plan=plan2, tracker=tracker)
     t0 = time.monotonic()
-    trainer.fit()
+    try:
+        trainer.fit()
+    finally:
+        tracker.finish()
     grpo_s = time.monotonic() - t0
     start_path = warm_start_path(cfg2, plan2)  # the SFT(greedy) folder, already made
     m_start, r_start = eval_both(cfg2, plan2, start_path, limit, 1.1)
@@ -159,10 +165,14 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
     verdict = "PASS" if mean > 2 * se else "FAIL"
     print(f"\npaired per-day difference (sampled): {mean:+.4f} +- {se:.4f} (se); rise > 2 se: {verdict}")
 
-    steps = [m for s, m in tracker.metrics if s >= 1 and "time/step_s" in m]
+    split_keys = ("time/step_s", "time/generate_s", "time/train_s", "time/weight_push_s", "time/eval_s")
+    by_step: dict[int, dict[str, float]] = {}
+    for key in split_keys:
+        for m in tracker.client.get_metric_history(tracker.run_id, key):
+            by_step.setdefault(m.step, {})[key] = m.value
+    steps = [m for s, m in sorted(by_step.items()) if s >= 1 and "time/step_s" in m]
     if steps:
-        tot = {k: sum(m.get(k, 0.0) for m in steps) for k in ("time/step_s", "time/generate_s", "time/train_s",
-                                                                "time/weight_push_s", "time/eval_s")}
+        tot = {k: sum(m.get(k, 0.0) for m in steps) for k in split_keys}
         other = tot["time/step_s"] - tot["time/generate_s"] - tot["time/train_s"] - tot["time/weight_push_s"]
         print(f"\nstep time split over {len(steps)} steps (s/step): generate+env {tot['time/generate_s'] / len(steps):.2f}, "
               f"train {tot['time/train_s'] / len(steps):.2f}, weight push {tot['time/weight_push_s'] / len(steps):.3f}, "

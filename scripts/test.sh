@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# The test command: installs agentrl with its test peers (and Miles' light CPU path), makes sure a Docker engine answers (the Docker
-# sandbox tests run against a real one), and runs the whole suite. Extra arguments go to pytest.
+# The test command, run the way the README tells a user to install: a virtual environment (.venv at the checkout
+# root, made once and reused; AGENTRL_VENV=DIR for another), agentrl installed into it with the tested versions
+# (pip install -c constraints.txt -e '.[dev]'), Miles' light CPU path, a Docker engine when root (always in CI),
+# then the whole suite inside that venv. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q -e '.[dev]'
+VENV="${AGENTRL_VENV:-.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "test.sh: making the virtual environment $VENV" >&2
+  python3 -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+# The README's install line, in the venv (torch==2.13.0 is the CPU build on this machine's disk).
+"$PY" -m pip install -q -c constraints.txt -e '.[dev]'
 # Miles' agentic path runs for real in the tests, on the CPU: the light install (never its CUDA torch).
-bash scripts/install_miles_light.sh
+PYTHON="$PY" bash scripts/install_miles_light.sh
 if [ -n "${CI:-}" ]; then
   # In CI the Docker tests must run, never skip.
   bash .ci/setup_docker.sh
@@ -13,4 +22,6 @@ if [ -n "${CI:-}" ]; then
 elif [ -f .ci/setup_docker.sh ] && [ "$(id -u)" = 0 ]; then
   bash .ci/setup_docker.sh || echo "warning: no Docker engine; the Docker sandbox tests will skip" >&2
 fi
-exec python3 -m pytest -q "$@"
+# The venv's bin first on PATH: tests and scripts that call `python3` or console scripts get the venv's.
+export PATH="$(cd "$VENV/bin" && pwd):$PATH" VIRTUAL_ENV="$(cd "$VENV" && pwd)"
+exec "$PY" -m pytest -q "$@"

@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from agentrl.config import agent, env, inference, logger, model, paths, reward, sandbox, trainer
 from agentrl.config.locate import project_root, recipes_dir
 from agentrl.config.schema import RunConfig
+from agentrl.config.validate import install_compose_check
 
 # group -> option -> schema. Each conf/<group>/<option>.yaml extends /schema/<group>/<option>.
 SCHEMAS: dict[str, dict[str, type]] = {
@@ -50,10 +51,11 @@ def recipe_names(folder: Path | None = None) -> list[str]:
 
 
 def register_configs() -> None:
-    """Store schemas under `schema/<group>` and recipes under group `recipe`; resolvers too."""
+    """Store schemas under `schema/<group>` and recipes under group `recipe`; resolvers and the key check too."""
     global _registered
     if _registered:
         return
+    install_compose_check()  # `+trainer.lrr=1` fails at compose time, `--cfg job` included
     if not OmegaConf.has_resolver("agentrl_root"):
         OmegaConf.register_new_resolver("agentrl_root", lambda: str(project_root()))
     cs = ConfigStore.instance()

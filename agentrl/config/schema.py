@@ -23,6 +23,8 @@ class RunConfig:
     recipe: Any = None
     hparams_search: Any = None
     task_name: str = "train"
+    # One or two sentences on what the run is for; recipes set it; MLflow shows it as the run's description.
+    description: str | None = None
     seed: int = 0
     # Compose, validate, instantiate and print the plan; train nothing.
     dry_run: bool = False

@@ -1,5 +1,5 @@
 """Experiment tracking behind a small interface, so trainers never import MLflow."""
 
-from agentrl.tracking.tracker import NullTracker, Tracker
+from agentrl.tracking.tracker import Tracker
 
-__all__ = ["NullTracker", "Tracker"]
+__all__ = ["Tracker"]

@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from agentrl.tracking.mlflow_tracker import PARENT_RUN_ENV, experiment_id, resolve_tracking_uri
-
-try:
-    from hydra.experimental.callback import Callback
-except ImportError:  # pragma: no cover - hydra < 1.1
-    Callback = object  # type: ignore[misc,assignment]
+from agentrl.tracking.mlflow_tracker import (
+    PARENT_RUN_ENV,
+    experiment_id,
+    experiment_name,
+    resolve_tracking_uri,
+)
 
 
 class MLflowSweepCallback(Callback):
@@ -29,7 +30,8 @@ class MLflowSweepCallback(Callback):
 
         uri = resolve_tracking_uri(config.logger.tracking_uri, config.paths.output_root)
         self._client = MlflowClient(tracking_uri=uri)
-        exp = experiment_id(self._client, config.logger.experiment)
+        # A sweep of dry runs goes where its jobs go: the dry-run experiment.
+        exp = experiment_id(self._client, experiment_name(config.logger, bool(config.get("dry_run"))), uri)
         overrides = " ".join(config.hydra.overrides.task)
         run = self._client.create_run(
             exp,

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import math
 import os
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -18,6 +23,33 @@ _PARAMS_PER_BATCH = 100
 _METRICS_PER_BATCH = 1000
 _PARAM_VALUE_CHARS = 6000
 _TAG_VALUE_CHARS = 8000
+# MLflow 3's UI shows an experiment without this tag in GenAI mode ("Evaluations", traces); this value declares a
+# classic training experiment, so the UI opens on runs, metrics and charts. (Values the UI knows:
+# custom_model_development, genai_development, finetuning, regression, classification, forecasting.)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# The run description MLflow's UI shows on the run page.
+DESCRIPTION_TAG = "mlflow.note.content"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """One split of an env bundle as an MLflow dataset input (the run page's "Datasets")."""
+
+    name: str  # e.g. gridsim
+    context: str  # the role the run gives it: train or eval
+    split: str
+    rows: int
+    version: str = ""
+    source: str = ""  # where its rows live (a file or folder), for the UI's "source"
+    options: tuple[tuple[str, Any], ...] = ()  # options that change the data (prompt style, ...)
+
+    def digest(self) -> str:
+        """A short content key: same bundle, version, split, size and data options give the same digest."""
+        key = json.dumps([self.name, self.version, self.split, self.rows, list(self.options)], default=str)
+        return hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
 def resolve_tracking_uri(tracking_uri: str | None, output_root: str | Path) -> str:
@@ -66,17 +98,52 @@ def git_commit(cwd: Path | None = None) -> str | None:
     return f"{sha}-dirty" if dirty else sha
 
 
-def experiment_id(client: Any, name: str) -> str:
-    """The id of experiment `name`, created if missing (safe against a concurrent creator)."""
+def artifact_root(tracking_uri: str) -> str | None:
+    """Where a new experiment's artifacts go: beside a local SQLite store (`<store folder>/mlartifacts`).
+
+    MLflow's own default is `./mlruns` under the current directory, so artifacts would land wherever the user
+    stands. A tracking server (http...) and other stores keep their own default (None).
+    """
+    parsed = urlparse(tracking_uri)
+    if parsed.scheme != "sqlite" or not parsed.path or parsed.path in ("/", "/:memory:"):
+        return None
+    db = Path(unquote(parsed.path[1:]))  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
+    return (db.parent / "mlartifacts").resolve().as_uri()
+
+
+def experiment_id(client: Any, name: str, tracking_uri: str | None = None) -> str:
+    """The id of experiment `name`, created if missing (safe against a concurrent creator).
+
+    A new experiment keeps its artifacts beside a local store and is declared a training experiment; an
+    existing one is declared too (its artifact location, fixed at creation, stays).
+    """
     from mlflow.exceptions import MlflowException
 
     exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    try:
-        return client.create_experiment(name)
-    except MlflowException:
-        return client.get_experiment_by_name(name).experiment_id
+    if exp is None:
+        uri = tracking_uri or client.tracking_uri
+        try:
+            return client.create_experiment(name, artifact_location=artifact_root(uri),
+                                             tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        except MlflowException:
+            exp = client.get_experiment_by_name(name)
+    if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return exp.experiment_id
+
+
+def experiment_name(logger_cfg: Any, dry_run: bool) -> str:
+    """The experiment a job logs to: `logger.experiment`, or `logger.dry_run_experiment` for a dry run."""
+    if dry_run and logger_cfg.get("dry_run_experiment"):
+        return str(logger_cfg.dry_run_experiment)
+    return str(logger_cfg.experiment)
+
+
+def ui_command(tracking_uri: str) -> str:
+    """The command that browses this store: `mlflow ui` for a local one; a server is already browsable."""
+    if urlparse(tracking_uri).scheme in ("http", "https"):
+        return f"open {tracking_uri} in a browser"
+    return f"mlflow ui --backend-store-uri {tracking_uri}"
 
 
 class MLflowTracker:
@@ -89,11 +156,15 @@ class MLflowTracker:
         run_name: str | None = None,
         log_artifacts: bool = True,
         output_root: str | Path = "outputs",
+        dry_run_experiment: str | None = None,
     ) -> None:
         from mlflow.tracking import MlflowClient
 
         self.tracking_uri = resolve_tracking_uri(tracking_uri, output_root)
         self.experiment = experiment
+        # A dry run logs here instead, so the experiment holds real runs only (None: the same experiment).
+        self.dry_run_experiment = dry_run_experiment
+        self.experiment_id: str | None = None
         self.run_name = run_name
         self.log_artifacts_enabled = log_artifacts
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
@@ -111,9 +182,15 @@ class MLflowTracker:
         overrides: list[str] | None = None,
         resume_run_id: str | None = None,
     ) -> str:
-        """Open (or reopen, on resume) the run; log params, tags and config artifacts once."""
+        """Open (or reopen, on resume) the run; log params, tags, description and config artifacts once.
+
+        A dry run goes to `dry_run_experiment` (when set), never to the experiment real runs are compared in.
+        """
+        if cfg.get("dry_run") and self.dry_run_experiment:
+            self.experiment = self.dry_run_experiment
         if resume_run_id:
             self.run_id = resume_run_id
+            self.experiment_id = self.client.get_run(resume_run_id).info.experiment_id
             self.client.update_run(resume_run_id, status="RUNNING")
             for key in self.client.get_run(resume_run_id).data.metrics:
                 steps = [m.step for m in self.client.get_metric_history(resume_run_id, key)]
@@ -126,12 +203,13 @@ class MLflowTracker:
         commit = git_commit()
         if commit:
             tags["mlflow.source.git.commit"] = commit
+        if cfg.get("description"):
+            tags[DESCRIPTION_TAG] = str(cfg.description)[:_TAG_VALUE_CHARS]
         parent = os.environ.get(PARENT_RUN_ENV)
         if parent:
             tags["mlflow.parentRunId"] = parent
-        run = self.client.create_run(
-            experiment_id(self.client, self.experiment), run_name=self.run_name, tags=tags
-        )
+        self.experiment_id = experiment_id(self.client, self.experiment, self.tracking_uri)
+        run = self.client.create_run(self.experiment_id, run_name=self.run_name, tags=tags)
         self.run_id = run.info.run_id
         self._log_params(OmegaConf.to_container(cfg, resolve=True))
         if self.log_artifacts_enabled:
@@ -175,6 +253,58 @@ class MLflowTracker:
     def set_tags(self, tags: dict[str, Any]) -> None:
         for key, value in tags.items():
             self.client.set_tag(self.run_id, key, str(value)[:_TAG_VALUE_CHARS])
+
+    def log_datasets(self, datasets: list[DatasetRef]) -> None:
+        """Record the env splits the run trains and evaluates on as its dataset inputs (context tag: the role)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        inputs = [
+            DatasetInput(
+                Dataset(name=d.name, digest=d.digest(), source_type="local",
+                        source=json.dumps({"uri": d.source, "split": d.split, "version": d.version}),
+                        profile=json.dumps({"num_rows": d.rows, "split": d.split, **dict(d.options)}, default=str)),
+                tags=[InputTag("mlflow.data.context", d.context)],
+            )
+            for d in datasets
+        ]
+        if inputs:
+            self.client.log_inputs(self.run_id, datasets=inputs)
+
+    def log_model(self, model_dir: str | Path, name: str = "model") -> str | None:
+        """Log a saved Hugging Face folder (weights, config, tokenizer) as this run's model, transformers flavor.
+
+        Returns the logged model's id. A missing optional dependency of MLflow's transformers flavor, or a
+        folder it cannot read, warns and returns None: the run itself must not fail at its very end over this.
+        """
+        model_dir = Path(model_dir)
+        if self.run_id is None:
+            raise RuntimeError("log_model before start()")
+        try:
+            import mlflow
+            import mlflow.transformers
+            from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+        except ImportError as err:
+            log.warning("model not logged to MLflow: the transformers flavor needs %s (pip install it)", err.name)
+            return None
+        try:
+            # The fluent API reads the process-wide tracking URI; point it at this run's store only meanwhile.
+            with _use_tracking_uri(self.tracking_uri):
+                info = mlflow.transformers.log_model(
+                    transformers_model=str(model_dir), name=name, task="text-generation", run_id=self.run_id)
+        except ImportError as err:
+            log.warning("model not logged to MLflow: the transformers flavor needs %s (pip install it)", err.name)
+            return None
+        except (OSError, ValueError, mlflow.exceptions.MlflowException) as err:
+            log.warning("model %s not logged to MLflow: %s", model_dir, err)
+            return None
+        return info.model_id
+
+    def url(self) -> str | None:
+        """The run page in the MLflow UI (the default `mlflow ui` address for a local store)."""
+        if self.run_id is None or self.experiment_id is None:
+            return None
+        base = self.tracking_uri if urlparse(self.tracking_uri).scheme in ("http", "https") else "http://127.0.0.1:5000"
+        return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
 
     def finish(self, status: str = "FINISHED") -> None:
         """Close the run (FINISHED, FAILED or KILLED)."""

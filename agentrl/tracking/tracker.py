@@ -20,21 +20,5 @@ class Tracker(Protocol):
     def set_tags(self, tags: dict[str, Any]) -> None:
         """Attach tags to the run."""
 
-
-class NullTracker:
-    """Logs nothing; records what it was given (for tests and dry runs)."""
-
-    def __init__(self) -> None:
-        self.run_id: str | None = None
-        self.metrics: list[tuple[int, dict[str, float]]] = []
-        self.artifacts: list[tuple[str, str | None]] = []
-        self.tags: dict[str, Any] = {}
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        self.metrics.append((step, dict(metrics)))
-
-    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        self.artifacts.append((str(path), artifact_path))
-
-    def set_tags(self, tags: dict[str, Any]) -> None:
-        self.tags.update(tags)
+    def log_model(self, model_dir: str | Path, name: str = "model") -> str | None:
+        """Log a saved Hugging Face model folder as the run's logged model; its id, or None if it was skipped."""

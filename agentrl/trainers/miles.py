@@ -26,6 +26,7 @@ from agentrl.trainers.miles_args import (
     MilesLaunch,
     build_launch,
     check_config,
+    fixed_chat_template,
     megatron_model_args,
     rollout_gpus,
 )
@@ -113,7 +114,7 @@ class MilesTrainer:
                 save_dir=cls.save_dir(cfg, run_dir),
                 tracking_uri=resolve_tracking_uri(cfg.logger.get("tracking_uri"), cfg.paths.output_root),
                 experiment=cfg.logger.experiment, run_id="<mlflow-run-id>",
-                env_token_var=cls.token_var(cfg), env_token="<token>", pythonpath=_pythonpath())
+                env_token_var=cls.token_var(cfg), env_token="<token>", pythonpath=_pythonpath(), dry_run=True)
             notes: list[str] = []
             model_args = cls.model_args(cfg, notes)
             launch = build_launch(cfg, ctx, model_args=model_args)
@@ -121,7 +122,22 @@ class MilesTrainer:
             raise SystemExit(f"agentrl: {err}") from None
         env_note = cfg.env.server.url or f"started for this run on {cfg.env.server.host} (its URL goes in the rows)"
         lines = [f"miles: env server {env_note}; rows written to {run_dir / 'rows'}", *notes, launch.report()]
+        lines += [f"warning: before the real run, {w}" for w in cls.missing_for_real_run(cfg)]
         return "\n".join(lines)
+
+    @staticmethod
+    def missing_for_real_run(cfg: DictConfig) -> list[str]:
+        """What a dry run could do without but `fit()` needs installed (Miles, its template package)."""
+        missing = []
+        try:
+            require_miles()
+        except MilesUnavailable as err:
+            missing.append(str(err).removeprefix("trainer=miles needs Miles: "))
+        try:
+            cfg.trainer.get("chat_template_path") or fixed_chat_template(cfg.trainer.tito_model)
+        except MilesConfigError as err:
+            missing.append(str(err))
+        return missing
 
     @staticmethod
     def save_dir(cfg: DictConfig, run_dir: Path) -> Path:
@@ -199,7 +215,7 @@ class MilesTrainer:
         url, stop, var, token = self._start_env_server()
         try:
             server = self.cfg.env.server
-            rows = write_rows(url, run_dir / "rows", max_turns=int(self.cfg.trainer.max_turns),
+            rows = write_rows(url, run_dir / "rows", max_turns=int(self.cfg.agent.max_turns),
                               tool_timeout=float(server.tool_timeout), reset_timeout=float(server.reset_timeout),
                               token_var=var)
             ctx = LaunchContext(rows=rows, save_dir=self.save_dir(self.cfg, run_dir),

@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from agentrl.rewards import MAX_DROPS_ENV
+from agentrl.trainers.miles_hooks import AGENT_FUNCTION_ENV, DROP_NO_SIGNAL_ENV, MAX_DROPS_ENV
 
 LAUNCHER_MODULE = "agentrl.trainers.miles_launcher"
-GENERATE_FUNCTION = "miles.rollout.generate_hub.agentic_tool_call.generate"
+# Miles' agentic generate and the agent function, each wrapped so a rollout that fails before the model's first
+# call still carries reward 0 and its failure (Miles drops both otherwise, and its eval crashes on the None).
+GENERATE_FUNCTION = "agentrl.trainers.miles_hooks.generate"
+AGENT_FUNCTION = "agentrl.trainers.miles_hooks.agent_function"
 # Miles 0.0.2 registers --custom-agent-function-path (and the new rollout path) only under this flag.
 REFACTOR_ENV = "MILES_EXPERIMENTAL_ROLLOUT_REFACTOR"
 # The name under which Miles' eval mean reward is logged is `eval/<dataset name>`: naming the eval
@@ -67,6 +70,8 @@ class LaunchContext:
     env_token_var: str | None = None  # name of the variable holding the env server's token
     env_token: str | None = None  # its value, passed to Ray workers but never printed
     pythonpath: str = ""
+    # A dry run prints the command even where Miles' packages are missing: placeholders stand for their files.
+    dry_run: bool = False
 
 
 @dataclass
@@ -95,10 +100,6 @@ class MilesLaunch:
             lines.append("    " + " ".join(shlex.quote(a) for a in argv[i:j]))
             i = j
         return "\n".join(lines)
-
-
-def _get(node: Any, key: str, default: Any = None) -> Any:
-    return node.get(key, default) if hasattr(node, "get") else getattr(node, key, default)
 
 
 def tool_call_parser(cfg: Any) -> str:
@@ -181,16 +182,19 @@ def rollout_gpus(cfg: Any) -> int:
     return int(n)
 
 
-def fixed_chat_template(tito_model: str) -> str | None:
+def fixed_chat_template(tito_model: str, *, missing_ok: bool = False) -> str | None:
     """The path of `tito_model`'s fixed chat template in miles-tito-tokenizers, None when it needs none.
 
-    Raises MilesConfigError when the family needs one and the package is not installed.
+    Raises MilesConfigError when the family needs one and the package is not installed; with `missing_ok`
+    (a dry run) returns a `<miles_tito_tokenizers>/templates/NAME` placeholder instead.
     """
     name = FIXED_TEMPLATES.get(tito_model)
     if name is None:
         return None
     spec = importlib.util.find_spec(TEMPLATES_PACKAGE)  # locating does not import it (tiktoken stays out)
     if spec is None or not spec.submodule_search_locations:
+        if missing_ok:
+            return f"<{TEMPLATES_PACKAGE}>/templates/{name}"
         raise MilesConfigError(
             f"--tito-model {tito_model} needs {name}, which miles-rl 0.0.2 does not ship: "
             "`pip install --no-deps miles-tito-tokenizers==0.1.1` (or set trainer.chat_template_path)")
@@ -280,11 +284,11 @@ def build_argv(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) ->
           # 0: evaluate before training and after the last step only.
           "--eval-interval", str(t.eval_every if t.eval_every > 0 else t.steps)]
     # The agentic path: Miles' generate function, our agent, reward hook and group filter.
-    a += ["--custom-generate-function-path", GENERATE_FUNCTION, "--custom-agent-function-path", t.agent_function,
+    a += ["--custom-generate-function-path", GENERATE_FUNCTION, "--custom-agent-function-path", AGENT_FUNCTION,
           "--custom-rm-path", t.reward_hook, "--dynamic-sampling-filter-path", t.group_filter,
           "--use-session-server", "--tito-model", t.tito_model]
     a += ["--tito-allowed-append-roles", *roles_key(t.append_roles).split(",")]
-    template = t.chat_template_path or fixed_chat_template(t.tito_model)
+    template = t.chat_template_path or fixed_chat_template(t.tito_model, missing_ok=ctx.dry_run)
     if template:
         a += ["--chat-template-path", str(template)]
     kwargs = {} if t.chat_template_path else TEMPLATE_KWARGS.get(t.tito_model, {}).get(roles_key(t.append_roles))
@@ -332,5 +336,8 @@ def build_env(ctx: LaunchContext) -> tuple[dict[str, str], set[str]]:
 def build_launch(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) -> MilesLaunch:
     """The whole launch: argv and environment."""
     env, secret = build_env(ctx)
-    env[MAX_DROPS_ENV] = str(int(cfg.trainer.max_drops_in_a_row))  # read by the group filter in the workers
+    # Read in the Ray workers: by the group filter, and by the agent function wrapper.
+    env[MAX_DROPS_ENV] = str(int(cfg.trainer.max_drops_in_a_row))
+    env[DROP_NO_SIGNAL_ENV] = "1" if cfg.trainer.drop_no_signal else "0"
+    env[AGENT_FUNCTION_ENV] = str(cfg.trainer.agent_function)
     return MilesLaunch(build_argv(cfg, ctx, model_args=model_args), env, secret)
