@@ -24,4 +24,5 @@ elif [ -f .ci/setup_docker.sh ] && [ "$(id -u)" = 0 ]; then
 fi
 # The venv's bin first on PATH: tests and scripts that call `python3` or console scripts get the venv's.
 export PATH="$(cd "$VENV/bin" && pwd):$PATH" VIRTUAL_ENV="$(cd "$VENV" && pwd)"
+"$VENV/bin/lint-imports"  # the import layers (pyproject [tool.importlinter], docs/architecture.md)
 exec "$PY" -m pytest -q "$@"
