@@ -127,3 +127,19 @@ def test_spec_rebuilds_in_a_bare_stdlib_process(name: str, options: dict):
     assert child["spec"] == spec
     assert child["id"] == bundle.task_info("eval", 3).task_id
     assert child["prompt"] == bundle.episode("eval", 3).first_turn().prompt
+
+
+def test_bundles_declare_their_teachers_eval_breakdown_and_data_options(tmp_path: Path):
+    grid = load_bundle("gridsim", prompt_style="compact")
+    assert grid.teachers == ("optimal", "greedy") and grid.eval_breakdown == {"duration_h": "reward_{}h"}
+    assert grid.data_options() == {"prompt_style": "compact"}
+    for teacher in grid.teachers:  # every declared teacher plays
+        assert grid.demonstration("train", 0, teacher)[-1]["role"] == "tool"
+    arith = load_bundle("arith")
+    assert arith.teachers == ("optimal", "label") and arith.eval_breakdown == {} and arith.data_options() == {}
+    for teacher in arith.teachers:
+        assert arith.demonstration("train", 0, teacher)[-1]["role"] == "assistant"
+    data = tmp_path / "mine.jsonl"
+    data.write_text('{"q": "1+1?", "a": "2"}\n')
+    mine = load_bundle("arith", data_file=str(data), prompt_key="q", label_key="a")
+    assert mine.data_options() == {"data_file": str(data.resolve()), "prompt_key": "q", "label_key": "a"}

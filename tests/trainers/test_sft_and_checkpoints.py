@@ -81,3 +81,67 @@ def test_augmented_demonstrations_add_other_batteries_for_the_same_days(tiny) ->
     assert len(data) == 9 and data[::3] == plain  # each task: its own demonstration, then 2 variants
     assert data == encode_demonstrations(tok, bundle, "train", "optimal", limit=3, augment=2, seed=5)
     assert data != encode_demonstrations(tok, bundle, "train", "optimal", limit=3, augment=2, seed=6)
+
+
+def _former_lr_factor(step: int, steps: int, warmup: int) -> float:
+    """The hand-written schedule SFT used before transformers' (kept here as the reference)."""
+    import math
+
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(steps - warmup, 1)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+@pytest.mark.parametrize("steps,warmup", [(30, 3), (1500, 50), (5, 5)])
+def test_lr_schedule_keeps_the_warmup_and_decays_to_a_tenth_at_the_last_step(steps: int, warmup: int) -> None:
+    from agentrl.trainers.sft import lr_schedule
+
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.AdamW([param], lr=2.0)
+    sched = lr_schedule(opt, steps, warmup)
+    used = []
+    for _ in range(steps):
+        used.append(opt.param_groups[0]["lr"] / 2.0)
+        opt.step()
+        sched.step()
+    former = [_former_lr_factor(s, steps, warmup) for s in range(steps + 1)]
+    # The warmup is the former one exactly; the cosine runs one step ahead of it, so the last step trains at
+    # exactly 0.1 of the rate (the former schedule reached 0.1 only after the last step).
+    assert used[:warmup] == pytest.approx(former[:warmup], abs=1e-12)
+    assert used[warmup:] == pytest.approx(former[warmup + 1:], abs=1e-12)
+    assert used[-1] == pytest.approx(0.1 if steps > warmup else 1.0, abs=1e-12)
+
+
+def test_sft_cache_folder_names_stay_those_of_cached_warm_starts() -> None:
+    from omegaconf import OmegaConf
+
+    from agentrl.trainers.sft import sft_checkpoint_path
+
+    settings = dict(teacher="optimal", steps=1500, lr=3e-3, batch_samples=32, warmup_steps=50, augment=7,
+                    weight_decay=0.0)
+    # Names computed by the key that read env.prompt_style (before bundles declared their data options).
+    expected = {("gridsim", "compact"): "gridsim-optimal-s1500-f3b87806ea",
+                ("gridsim", "full"): "gridsim-optimal-s1500-73e74dcaca", ("arith", None): "arith-optimal-s1500-3f3bbe2b3d"}
+    for (name, style), folder in expected.items():
+        env = {"bundle": name, "train_split": "train", **({"prompt_style": style} if style else {})}
+        cfg = OmegaConf.create({"env": env, "model": {"path": "/m/tiny"}, "seed": 0, "paths": {"checkpoint_dir": "/ck"}})
+        bundle = load_bundle(name, **({"prompt_style": style} if style else {}))
+        assert sft_checkpoint_path(cfg, settings, bundle) == Path("/ck/sft") / folder
+
+
+def test_a_data_option_changes_the_sft_cache_key(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    from agentrl.trainers.sft import sft_checkpoint_path
+
+    settings = dict(teacher="optimal", steps=10, lr=1e-3, batch_samples=2, warmup_steps=1, augment=0, weight_decay=0.0)
+    cfg = OmegaConf.create({"env": {"bundle": "arith", "train_split": "train"}, "model": {"path": "/m"}, "seed": 0,
+                            "paths": {"checkpoint_dir": str(tmp_path)}})
+    paths = set()
+    for i in range(2):
+        data = tmp_path / f"mine{i}.jsonl"
+        data.write_text('{"prompt": "1+1?", "label": "2"}\n')
+        paths.add(sft_checkpoint_path(cfg, settings, load_bundle("arith", data_file=str(data))))
+    paths.add(sft_checkpoint_path(cfg, settings, load_bundle("arith")))
+    assert len(paths) == 3  # two users' files and the shipped rows: three warm starts
