@@ -10,12 +10,11 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 from agentrl.inference.samples import Sample, assemble_sample
 from agentrl.inference.sessions import SessionStore, build_session_app
+from agentrl.serving import ThreadedServer
 
 
 class SessionServer:
@@ -23,33 +22,27 @@ class SessionServer:
 
     def __init__(self, engine: Any, tokenizer: Any = None, *, host: str = "127.0.0.1", port: int = 0,
                  default_max_tokens: int = 512, log_level: str = "warning") -> None:
-        import uvicorn
-
         self.engine = engine
         self.sessions = SessionStore()
         self.app = build_session_app(engine, tokenizer, default_max_tokens=default_max_tokens, store=self.sessions)
-        config = uvicorn.Config(self.app, host=host, port=int(port), log_level=log_level, lifespan="off",
-                                access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread: threading.Thread | None = None
+        # a turn stuck on a wedged engine must not hold `stop()` past its timeout
+        self._server = ThreadedServer(self.app, host, port, log_level=log_level, lifespan="off", access_log=False,
+                                      timeout_graceful_shutdown=5)
         self.host = host
         self.port = int(port)
 
     def start(self, timeout: float = 30.0) -> SessionServer:
         """Start serving; returns once the socket accepts connections."""
-        self._thread = threading.Thread(target=self._server.run, name="agentrl-session-server", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the session server did not start on {self.host}:{self.port}")
-            time.sleep(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        try:
+            self._server.start(timeout)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"the session server did not start on {self.host}:{self.port}: {exc}") from exc
+        self.port = self._server.port
         return self
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self._server.url
 
     def create_session(self) -> str:
         """A new session id (the same as `POST /sessions`)."""
@@ -70,12 +63,10 @@ class SessionServer:
         self.sessions.delete(session_id)
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=timeout)
+        self._server.stop(timeout)
 
     def __enter__(self) -> SessionServer:
-        return self if self._thread else self.start()
+        return self if self._server.running else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

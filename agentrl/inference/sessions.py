@@ -149,7 +149,12 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, exc: HTTPException) -> JSONResponse:  # FastAPI's 404/405, unparsable bodies
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+        detail = str(exc.detail)
+        if isinstance(exc.__cause__, RecursionError):
+            detail = "the body nests deeper than the JSON parser allows"
+        elif isinstance(exc.__cause__, ValueError):  # e.g. bytes that are no text encoding JSON allows
+            detail = f"the body is not valid JSON ({exc.__cause__})"
+        return JSONResponse({"error": detail}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(TokenizationError)
     async def _tokenization(_: Request, exc: TokenizationError) -> JSONResponse:
