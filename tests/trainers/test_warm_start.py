@@ -1,0 +1,109 @@
+"""The warm start: a teacher the bundle lacks fails when the plan is built; a warm start made in a GRPO run is
+logged to that run (loss, eval, wall time, the folder) and reused by the next; SFT's fit returns its end-of-run
+keys and logs its model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from agentrl.config import register_configs
+from agentrl.config.locate import conf_dir
+from agentrl.plan import PlanError, build_plan
+
+SMALL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
+         "model.intermediate_size=64", "model.vocab_size=1024", "model.max_position_embeddings=1024",
+         "agent.max_response_tokens=24", "trainer.eval_limit=2"]
+
+
+class _Tracker:
+    run_id = "test-run"
+
+    def __init__(self) -> None:
+        self.logged: dict[str, list[tuple[int, float]]] = {}
+        self.tags: dict[str, Any] = {}
+        self.models: list[Path] = []
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            self.logged.setdefault(key, []).append((step, value))
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        self.tags.update(tags)
+
+    def log_artifact(self, path: Any, artifact_path: str | None = None) -> None:
+        pass
+
+    def log_model(self, path: Any) -> None:
+        self.models.append(Path(path))
+
+
+def _plan(tmp_path: Path, *overrides: str) -> Any:
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            cfg = compose("config", overrides=[*overrides, f"paths.output_root={tmp_path / 'out'}"])
+    finally:
+        GlobalHydra.instance().clear()
+    return build_plan(cfg, choices={}, run_dir=tmp_path / "run")
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["+recipe=gridsim_grpo", "trainer.warm_start.teacher=label"],
+     "trainer.warm_start.teacher=label: bundle gridsim offers the teachers optimal, greedy"),
+    (["env=arith", "trainer=sft", "trainer.teacher=greedy"],
+     "trainer.teacher=greedy: bundle arith offers the teachers optimal, label"),
+])
+def test_a_teacher_the_bundle_lacks_fails_when_the_plan_is_built(tmp_path: Path, overrides, message) -> None:
+    with pytest.raises(PlanError, match=message):
+        _plan(tmp_path, *overrides)
+
+
+def test_the_teacher_is_not_checked_when_no_warm_start_is_made(tmp_path: Path) -> None:
+    _plan(tmp_path, "+recipe=gridsim_grpo", "trainer.warm_start.teacher=label", "trainer.warm_start.enabled=false")
+    _plan(tmp_path, "+recipe=gridsim_grpo", "trainer.warm_start.teacher=label",
+          f"trainer.warm_start.checkpoint={tmp_path}")
+    _plan(tmp_path, "env=arith", "trainer.warm_start.teacher=optimal")  # arith offers optimal too
+
+
+@pytest.mark.slow
+def test_a_warm_start_is_logged_to_the_grpo_run_and_reused_by_the_next(tmp_path: Path, capsys) -> None:
+    from agentrl.trainers.warm_start import warm_start_path
+
+    plan = _plan(tmp_path, "+recipe=gridsim_grpo", *SMALL, "trainer.warm_start.steps=10",
+                 "trainer.warm_start.batch_samples=2", "trainer.warm_start.augment=0")
+    tracker = _Tracker()
+    path = warm_start_path(plan.cfg, plan, tracker)
+    assert (Path(path) / "config.json").is_file()
+    assert [step for step, _ in tracker.logged["warm_start/loss"]] == [10]
+    assert {"warm_start/eval/reward", "warm_start/eval/reward_stderr", "warm_start/eval/zero_share",
+            "time/warm_start_total_s"} <= set(tracker.logged)
+    assert "eval/reward" not in tracker.logged and "sft/loss" not in tracker.logged  # GRPO's own names stay free
+    assert tracker.tags == {"agentrl.warm_start": path, "agentrl.warm_start.reused": "false"}
+    assert "warm_start/eval/reward" in capsys.readouterr().out  # the eval's one line
+
+    again = _Tracker()
+    assert warm_start_path(plan.cfg, plan, again) == path
+    assert again.logged == {} and again.tags == {"agentrl.warm_start": path, "agentrl.warm_start.reused": "true"}
+
+
+@pytest.mark.slow
+def test_sft_fit_returns_the_closing_keys_and_logs_its_model(tmp_path: Path, capsys) -> None:
+    from agentrl.trainers.sft import SFTTrainer
+
+    plan = _plan(tmp_path, "+recipe=gridsim_sft", *SMALL, "trainer.steps=2", "trainer.batch_samples=2",
+                 "trainer.augment=0", "trainer.eval_every=0")
+    tracker = _Tracker()
+    trainer = SFTTrainer(plan.cfg, plan=plan, tracker=tracker)
+    metrics = trainer.fit()
+    for key in ("eval/reward", "eval_greedy/reward", "time/train_total_s", "time/eval_total_s", "sft/loss"):
+        assert key in metrics, key
+    assert metrics["time/train_total_s"] > 0 and metrics["time/eval_total_s"] > 0
+    assert tracker.models == [trainer.output_dir]
+    out = capsys.readouterr().out
+    assert "step 2 eval/reward" in out and "step 2 eval_greedy/reward" in out
