@@ -1,4 +1,4 @@
-"""Reference policies scored on stored task records (spec §4.8)."""
+"""Reference policies (random, idle, fixed clock, greedy, best single cycle, optimum) scored on stored task records."""
 
 from __future__ import annotations
 

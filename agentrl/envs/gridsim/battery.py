@@ -1,4 +1,4 @@
-"""Battery arithmetic (spec §4.3-4.8): feasibility, integer profit, the exact optimum, score and baselines.
+"""Battery arithmetic: feasibility, integer profit, the exact optimum, the score and the greedy baseline.
 
 Cash is exact: prices are integer cents, efficiency an integer percent, power integer MW, so profit is an
 integer in units of 1e-4 $ (`UNITS_PER_USD`). Actions are -1 (sell), 0 (idle), +1 (charge) per hour.
@@ -126,7 +126,8 @@ def score(profit: int, best: int) -> float:
 
 
 def greedy(cents: Sequence[int], battery: Battery) -> list[int]:
-    """The single-cycle greedy rule (spec §4.8): pair the D cheapest with the D dearest hours, walk in order."""
+    """The single-cycle greedy rule (the baseline, ~0.74 mean eval score): pair the D cheapest with the D dearest
+    hours, walk in order."""
     d = battery.duration_h
     eta = battery.efficiency_pct
     order = sorted(range(len(cents)), key=lambda t: (cents[t], t))

@@ -1,4 +1,4 @@
-"""The GridSim episode (spec §4.11): up to 4 submissions of a 24-hour schedule, graded against the optimum."""
+"""The GridSim episode: up to 4 submissions of a 24-hour schedule, graded against the optimum."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the agent reads (spec §4.9-4.10): system prompt, user prompt (`full` or `compact`) and the tool schema.
+"""What the agent reads: system prompt, user prompt (`full` or `compact`) and the tool schema.
 
 Only a record's inputs are rendered here; the references (optimum, greedy) never reach a prompt.
 """

@@ -1,4 +1,5 @@
-"""Task generation (spec §4.1, §4.3, §4.6): each task is a pure function of (split, index)."""
+"""Task generation: each task is a pure function of (split, index); dates, batteries and prices are drawn from
+seeded generators, so the stored packs can be regenerated bit for bit (`python -m agentrl.envs.gridsim build`)."""
 
 from __future__ import annotations
 
