@@ -11,6 +11,11 @@ A bundle folder holds `bundle.json` and its data files (JSON Lines, optionally g
 least offer `OPTIONS` (option name -> default) and `from_folder(folder, manifest, source=..., train_split=...,
 eval_split=..., **options)`. Loading checks every data file's sha256 against the manifest first.
 
+What trainers need to know of a bundle it declares on the `Bundle` interface (`task.py`), so a new bundle
+plugs in without touching a trainer: `teachers` (its demonstrations' teachers, for SFT), `eval_breakdown`
+(task facts the eval reward is also averaged by) and `DATA_OPTIONS` (the options that change its data, part
+of the SFT cache key).
+
 Standard library only: this module runs inside minimal containers.
 """
 
