@@ -1,20 +1,40 @@
-"""The `reward` group: how an episode's named scores become the trained reward."""
+"""The `reward` group: how a play's scores become the trained rewards, in two steps.
+
+1. **Episode reward**: each rollout's named scores -> one number (`EnvScore`, `MeanScores`, `Asymmetric`); a
+   flagged rollout, or one that scored nothing (an early exit), gets 0.
+2. **Group weighting**: for patterns that end in one judged answer (co-evolution's selector), every rollout of
+   the play is multiplied by the group's weight for that outcome (`Asymmetric`: 1.2 when correct, 0.8 otherwise).
+
+`apply_rewards` runs both; agents only report scores and roles. Nothing here knows Miles: its hooks live in
+`agentrl.trainers.miles_hooks`.
+"""
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from agentrl.agents.record import Failure, Play, Rollout
 
 
 class RewardError(ValueError):
     """The scores do not hold what the reward weighting needs."""
 
 
+class RewardGroup:
+    """Scores -> an episode's reward (`__call__`), and the weight of a judged play's outcome (`weight`)."""
+
+    def __call__(self, scores: dict[str, float]) -> float:
+        raise NotImplementedError
+
+    def weight(self, outcome_reward: float | None) -> float:
+        """The factor for every rollout of a judged play whose outcome earned `outcome_reward` (None: no
+        outcome, an early exit). 1.0 unless the group weights outcomes."""
+        return 1.0
+
+
 @dataclass
-class EnvScore:
+class EnvScore(RewardGroup):
     """The episode's one score, or the score named `score`."""
 
     score: str | None = None
@@ -32,7 +52,7 @@ class EnvScore:
 
 
 @dataclass
-class MeanScores:
+class MeanScores(RewardGroup):
     """The mean of the named scores (all of them when `scores` is null)."""
 
     scores: Sequence[str] | None = None
@@ -46,8 +66,8 @@ class MeanScores:
 
 
 @dataclass
-class Asymmetric:
-    """Co-evolution weighting: a group's rewards x correct_weight when its selected answer is right, else x
+class Asymmetric(RewardGroup):
+    """Co-evolution weighting: a play's rewards x correct_weight when its selected answer is right, else x
     incorrect_weight (early exits count as incorrect). Per-episode reward is the env's one score."""
 
     correct_weight: float = 1.2
@@ -57,123 +77,93 @@ class Asymmetric:
     def __call__(self, scores: dict[str, float]) -> float:
         return EnvScore()(scores)
 
-    def weight(self, selected_reward: float | None) -> float:
-        """The factor for every sample of a group whose selector picked a reward of `selected_reward`."""
-        if selected_reward is not None and selected_reward >= self.correct_threshold:
+    def weight(self, outcome_reward: float | None) -> float:
+        if outcome_reward is not None and outcome_reward >= self.correct_threshold:
             return self.correct_weight
         return self.incorrect_weight
 
 
-# -- Miles hooks and the group filter ---------------------------------------------------------------------
-# Samples are Miles `Sample`s (attributes `reward`, `metadata`, `status`), the built-in trainer's
-# `RolloutOutput`s, or plain dicts; a group may nest lists (Miles' multi-sample mode).
-
-FAILED_REASON = "agentenv_failed"
-
-
-@dataclass
-class _LocalDynamicFilterOutput:
-    """Same fields as Miles' `DynamicFilterOutput`, for when Miles is not installed."""
-
-    keep: bool
-    reason: str | None = None
-
-
-def _dynamic_filter_output_cls() -> type:
+def episode_reward(group: RewardGroup, rollout: Rollout) -> float:
+    """Step 1 for one rollout: 0 when flagged or unscored; a score the group cannot use flags `no_reward`."""
+    if rollout.failure is not None or rollout.scores is None:
+        return 0.0
     try:
-        from miles.rollout.filter_hub.base_types import DynamicFilterOutput
-    except ImportError:  # Miles is optional: the built-in trainer uses the same filter
-        return _LocalDynamicFilterOutput
-    return DynamicFilterOutput
+        return float(group(rollout.scores))
+    except Exception as exc:  # noqa: BLE001 - the group's own error names the score it wanted
+        rollout.flag(Failure.NO_REWARD, f"{type(exc).__name__}: {exc}")
+        return 0.0
 
 
-def _flatten(samples: Any) -> list[Any]:
-    if isinstance(samples, (list, tuple)):
-        return [s for item in samples for s in _flatten(item)]
-    return [samples]
+def apply_rewards(group: RewardGroup, play: Play) -> list[Rollout]:
+    """Both steps for a play: sets every rollout's `reward` (and `weight`); returns the rollouts."""
+    for rollout in play.rollouts:
+        rollout.reward = episode_reward(group, rollout)
+    if play.judged:
+        outcome = None
+        if play.outcome is not None:
+            try:
+                outcome = float(group(play.outcome))
+            except Exception:  # noqa: BLE001 - an outcome the group cannot score counts as incorrect
+                outcome = None
+        weight = float(group.weight(outcome))
+        for rollout in play.rollouts:
+            rollout.weight = weight
+            rollout.reward *= weight
+    return play.rollouts
 
 
-def _get(sample: Any, name: str) -> Any:
-    return sample.get(name) if isinstance(sample, dict) else getattr(sample, name, None)
+# -- The group filter: which groups a training step keeps ------------------------------------------------
+
+FAILED = "failed"  # the group holds a flagged rollout (or, under Miles, one without a reward)
+NO_SIGNAL = "no_signal"  # every reward in the group is equal: zero advantage, nothing to learn
 
 
-def sample_failed(sample: Any) -> bool:
-    """True for a flagged rollout, an aborted one, or one whose agent returned no reward."""
-    metadata = _get(sample, "metadata") or {}
-    if metadata.get("agentenv_failure"):
-        return True
-    status = _get(sample, "status")
-    if status is not None and str(getattr(status, "value", status)).lower() in ("aborted", "failed"):
-        return True
-    if isinstance(sample, dict) and "metadata" not in sample:
-        return sample.get("reward") is None
-    return "reward" not in metadata or _get(sample, "reward") is None
+def drop_reason(rewards: Sequence[float | None], failed: Sequence[bool], *, drop_no_signal: bool = True
+                ) -> str | None:
+    """Why a group is dropped from training (`FAILED`, `NO_SIGNAL`), or None to keep it. Eval drops nothing."""
+    if any(failed) or any(r is None for r in rewards):
+        return FAILED
+    if drop_no_signal and len(set(rewards)) <= 1:
+        return NO_SIGNAL
+    return None
 
 
-def keep_scored_groups(args: Any, samples: Any, **kwargs: Any) -> bool:
-    """Dynamic sampling filter: drop a group that holds a flagged rollout or a sample without a reward.
-
-    Use only in training; in eval nothing is filtered (a flagged rollout simply scores 0).
-    """
-    return not any(sample_failed(s) for s in _flatten(samples))
-
-
-# Miles' rollout loop draws groups until enough are kept: when every episode fails (a dead env server, a
-# refused append) it would draw forever. The filter stops it after this many drops in a row.
-MAX_DROPS_ENV = "AGENTRL_MAX_DROPS_IN_A_ROW"
-DEFAULT_MAX_DROPS = 1000
+def group_drop_reason(group: Sequence[Rollout], *, drop_no_signal: bool = True) -> str | None:
+    """`drop_reason` for a group of the built-in trainer's rollouts."""
+    return drop_reason([r.reward for r in group], [r.failure is not None for r in group],
+                       drop_no_signal=drop_no_signal)
 
 
 class AllGroupsFailing(RuntimeError):
-    """Every group for too long was dropped as agentenv_failed: the rollouts cannot succeed."""
+    """Every group for too long was dropped as failed: the rollouts cannot succeed (a dead env server, ...)."""
 
 
-_drops = {"in_a_row": 0}
-_drops_lock = threading.Lock()
+class FailureStreak:
+    """Counts groups dropped in a row; raises `AllGroupsFailing` past `limit`, naming the last cause.
 
-
-def _failure_of(samples: Any) -> str:
-    for s in _flatten(samples):
-        metadata = _get(s, "metadata") or {}
-        if metadata.get("agentenv_failure"):
-            return f"{metadata['agentenv_failure']}: {metadata.get('agentenv_error') or 'no detail'}"
-    return "a rollout without a reward (aborted, or the agent returned none)"
-
-
-def filter_scored_groups(args: Any, samples: Any, **kwargs: Any) -> Any:
-    """`keep_scored_groups` as Miles' `DynamicFilterOutput(keep, reason="agentenv_failed")`, so Miles counts
-    drops under `rollout/dynamic_filter/drop_agentenv_failed`. For `--dynamic-sampling-filter-path`.
-
-    Raises `AllGroupsFailing` once more than $AGENTRL_MAX_DROPS_IN_A_ROW (1000) groups in a row were dropped.
+    Groups dropped for no signal count only with `count_no_signal` (Miles, whose loop draws until enough groups
+    are kept, would otherwise draw forever); the built-in trainer bounds each step's draws itself.
     """
-    keep = keep_scored_groups(args, samples, **kwargs)
-    limit = int(os.environ.get(MAX_DROPS_ENV) or DEFAULT_MAX_DROPS)
-    with _drops_lock:
-        _drops["in_a_row"] = 0 if keep else _drops["in_a_row"] + 1
-        dropped = _drops["in_a_row"]
-        if dropped > limit:
-            _drops["in_a_row"] = 0
-    if dropped > limit:
-        raise AllGroupsFailing(
-            f"{dropped} groups in a row were dropped as {FAILED_REASON}, the last for {_failure_of(samples)}; "
-            f"no rollout is succeeding, so training cannot go on (check the env server and the agent; "
-            f"trainer.max_drops_in_a_row sets the limit)")
-    return _dynamic_filter_output_cls()(keep=keep, reason=None if keep else FAILED_REASON)
+
+    def __init__(self, limit: int, label: str = FAILED, *, count_no_signal: bool = False) -> None:
+        self.limit, self.in_a_row, self.label = int(limit), 0, label  # label: how the drop reason is named
+        self.count_no_signal = count_no_signal
+
+    def record(self, reason: str | None, cause: str = "") -> None:
+        if reason == NO_SIGNAL and not self.count_no_signal:
+            return
+        self.in_a_row = self.in_a_row + 1 if reason is not None else 0
+        if self.in_a_row > self.limit:
+            dropped, self.in_a_row = self.in_a_row, 0
+            raise AllGroupsFailing(
+                f"{dropped} groups in a row were dropped as {self.label if reason == FAILED else reason}, the last for {cause or 'an unknown cause'}; "
+                "no rollout is succeeding, so training cannot go on (check the env server and the agent; "
+                "trainer.max_drops_in_a_row sets the limit)")
 
 
-def _metadata_reward(sample: Any) -> float:
-    metadata = _get(sample, "metadata") or {}
-    if metadata.get("agentenv_failure"):
-        return 0.0
-    reward = metadata.get("reward")
-    return 0.0 if reward is None else float(reward)
-
-
-async def reward_func(args: Any, samples: Any, **kwargs: Any) -> float | list[float]:
-    """Miles `--custom-rm-path` hook: the reward the agent function returned (0 when flagged or missing).
-
-    Miles awaits it with one sample (returns a float) or with a list (returns a list, one per sample).
-    """
-    if isinstance(samples, (list, tuple)):
-        return [_metadata_reward(s) for s in samples]
-    return _metadata_reward(samples)
+def failure_cause(group: Sequence[Rollout]) -> str:
+    """`<failure>: <error>` of the group's first flagged rollout."""
+    for r in group:
+        if r.failure is not None:
+            return f"{r.failure.value}: {r.error or 'no detail'}"
+    return "a rollout without a reward"

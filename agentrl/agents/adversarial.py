@@ -18,18 +18,9 @@ from dataclasses import asdict
 from fractions import Fraction
 from typing import Any
 
-from agentrl.agents.base import (
-    PlaySettings,
-    RewardFn,
-    RolloutOutput,
-    SessionPool,
-    new_play_id,
-    parse_roles,
-    role_output,
-    task_prompts,
-    with_role,
-)
-from agentrl.agents.chat import new_stats, role_turn
+from agentrl.agents.base import SessionPool, agent_config, parse_roles, task_prompts, with_role
+from agentrl.agents.chat import role_turn
+from agentrl.agents.record import Play, Rollout
 from agentrl.config.agent import AdversarialAgentConfig
 from agentrl.envs.arith.verify import extract_answer, to_number, verify_answer
 from agentrl.http import async_client
@@ -102,54 +93,47 @@ def parse_variant(text: str) -> tuple[str, int]:
 
 
 class AdversarialAgent:
-    """Plays one row as a proposer sample and, for a valid variant, a solver sample."""
+    """Plays one row as a proposer rollout and, for a valid variant, a solver rollout, each scored `correct`
+    for its side."""
 
     def __init__(self, **config: Any) -> None:
-        self.settings = PlaySettings.split(config, allowed=("roles",))
+        self.settings = agent_config(AdversarialAgentConfig, config)
         defaults = [asdict(r) for r in AdversarialAgentConfig().roles]
-        self.roles = parse_roles(self.settings.extra.get("roles"), ROLES, defaults)
+        self.roles = parse_roles(self.settings.roles, ROLES, defaults)
 
-    async def play(self, sessions: SessionPool, row: dict[str, Any], *, reward_fn: RewardFn,
-                   request_kwargs: dict[str, Any]) -> list[RolloutOutput]:
+    async def play(self, sessions: SessionPool, row: dict[str, Any], *, request_kwargs: dict[str, Any]) -> Play:
         system, task = task_prompts(row)
         proposer, solver = (self.roles[n] for n in ROLES)
-        play_id = new_play_id()
+        play_id = Rollout().play_id
         s = self.settings
         turn_kw = {"request_kwargs": request_kwargs, "max_response_tokens": s.max_response_tokens,
                    "max_context_tokens": s.max_context_tokens, "timeout": s.model_timeout}
-        p_url = await sessions.open(proposer.name)
-        p_stats = new_stats()
+        p_rec = proposer.stamp(Rollout(base_url=await sessions.open(proposer.name)), play_id)
         prompt = "\n\n".join(p for p in (proposer.prompt, PROPOSER_FORMAT) if p)
         async with async_client() as client:
-            reply = await role_turn(client, p_url, [{"role": "system", "content": prompt},
-                                                    {"role": "user", "content": task}], p_stats, **turn_kw)
+            reply = await role_turn(client, p_rec.base_url, [{"role": "system", "content": prompt},
+                                                             {"role": "user", "content": task}], p_rec, **turn_kw)
             try:
                 if reply is None:
                     raise InvalidProblem("the proposer gave no reply")
                 problem, label = parse_variant(reply.content)
-            except InvalidProblem as exc:
-                p_stats.update(agentenv_valid=False, agentenv_invalid_reason=str(exc), agentenv_early_exit=True)
-                return [role_output(p_url, proposer, 0.0, p_stats, play_id)]
-            s_url = await sessions.open(solver.name)
-            s_stats = new_stats()
-            answer = await role_turn(client, s_url, [{"role": "system", "content": with_role(system, solver)},
-                                                     {"role": "user", "content": problem}], s_stats, **turn_kw)
-        shared = {"agentenv_valid": True, "agentenv_problem": problem, "agentenv_label": label}
+            except InvalidProblem as exc:  # not played: the proposer scores nothing (an early exit)
+                p_rec.details.update(valid=False, invalid_reason=str(exc))
+                p_rec.early_exit = True
+                return Play([p_rec])
+            s_rec = solver.stamp(Rollout(base_url=await sessions.open(solver.name)), play_id)
+            answer = await role_turn(client, s_rec.base_url,
+                                     [{"role": "system", "content": with_role(system, solver)},
+                                      {"role": "user", "content": problem}], s_rec, **turn_kw)
+        for record in (p_rec, s_rec):
+            record.details.update(valid=True, problem=problem, label=label)
         if answer is None:  # no fair contest: neither side earns anything
-            p_stats.update(agentenv_failure=s_stats["agentenv_failure"], agentenv_error=s_stats["agentenv_error"])
-            flagged = {**shared, "agentenv_early_exit": True}
-            return [role_output(p_url, proposer, 0.0, {**p_stats, **flagged}, play_id),
-                    role_output(s_url, solver, 0.0, {**s_stats, **flagged}, play_id)]
-        solved = verify_answer(answer.content, str(label))
-        outputs = []
-        for role, url, stats, score in ((proposer, p_url, p_stats, 1.0 - solved), (solver, s_url, s_stats, solved)):
-            scores = {"correct": score}
-            try:
-                reward = float(reward_fn(scores))
-            except Exception as exc:  # the reward group's error names the score it wanted
-                stats.update(agentenv_failure="no_reward", agentenv_error=f"{type(exc).__name__}: {exc}")
-                reward = 0.0
-            meta = {**stats, **shared, "agentenv_scores": scores, "agentenv_solved": bool(solved),
-                    "agentenv_answer": answer.content, "agentenv_early_exit": False}
-            outputs.append(role_output(url, role, reward, meta, play_id))
-        return outputs
+            p_rec.flag(s_rec.failure, s_rec.error)
+            p_rec.early_exit = s_rec.early_exit = True
+            return Play([p_rec, s_rec])
+        solved = float(verify_answer(answer.content, str(label)))
+        for record, score in ((p_rec, 1.0 - solved), (s_rec, solved)):
+            record.scores = {"correct": score}
+            record.answer = answer.content
+            record.details["solved"] = bool(solved)
+        return Play([p_rec, s_rec])

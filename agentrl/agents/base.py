@@ -1,19 +1,19 @@
 """The interface the built-in trainer consumes: an `Agent` plays one row through a `SessionPool` and returns
-`RolloutOutput`s, one per recorded session (one per role sample)."""
+a `Play`: one `Rollout` per recorded session (one per role sample), scored but not yet rewarded."""
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import httpx
 
+from agentrl.agents.record import Play, Rollout
 from agentrl.http import async_client
 
-RewardFn = Callable[[dict[str, float]], float]
+C = TypeVar("C")
 
 
 @runtime_checkable
@@ -25,23 +25,10 @@ class SessionPool(Protocol):
         ...
 
 
-@dataclass
-class RolloutOutput:
-    """One trainable sample: the session whose recorded tokens form it, and its reward."""
-
-    base_url: str  # the session whose recorded tokens form this sample
-    role: str  # "agent" for tool_calling; solver/rewriter/selector, thinker/verifier, proposer/solver
-    reward: float  # the final trained reward (reward group applied, weights applied, 0 when flagged)
-    metadata: dict[str, Any]  # everything the agent function returned, plus role, frozen, play id
-    group: str = ""  # samples with the same (row, group) are normalized together by GRPO
-
-
 class Agent(Protocol):
-    """An agent pattern: plays one row and returns the samples it produced."""
+    """An agent pattern: plays one row and returns its rollouts; the reward group rewards them afterwards."""
 
-    async def play(
-        self, sessions: SessionPool, row: dict[str, Any], *, reward_fn: RewardFn, request_kwargs: dict[str, Any]
-    ) -> list[RolloutOutput]: ...
+    async def play(self, sessions: SessionPool, row: dict[str, Any], *, request_kwargs: dict[str, Any]) -> Play: ...
 
 
 class HttpSessionPool:
@@ -86,6 +73,11 @@ class Role:
     model: str | None = None
     frozen: bool = False
 
+    def stamp(self, record: Rollout, play_id: str) -> Rollout:
+        """`record` as this role's sample of play `play_id` (its role, model, frozen)."""
+        record.role, record.model, record.frozen, record.play_id = self.name, self.model, self.frozen, play_id
+        return record
+
 
 def parse_roles(roles: Iterable[Any] | None, required: Iterable[str], defaults: Iterable[Any] = ()) -> dict[str, Role]:
     """Roles by name from config entries (dicts, DictConfigs or objects); every `required` name must be there."""
@@ -103,42 +95,18 @@ def parse_roles(roles: Iterable[Any] | None, required: Iterable[str], defaults: 
     return out
 
 
-@dataclass
-class PlaySettings:
-    """The agent config fields every pattern shares (see `agentrl.config.agent.AgentConfig`)."""
-
-    max_turns: int = 4
-    max_context_tokens: int | None = 4096
-    max_response_tokens: int | None = 512
-    model_timeout: float = 600.0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def split(cls, config: Mapping[str, Any], allowed: Iterable[str]) -> PlaySettings:
-        """Shared settings from `config`; keys in `allowed` go to `extra`; anything else is an error."""
-        config = dict(config)
-        config.pop("_target_", None)
-        own = {k: config.pop(k) for k in ("max_turns", "max_context_tokens", "max_response_tokens", "model_timeout")
-               if k in config}
-        allowed = set(allowed)
-        unknown = sorted(k for k in config if k not in allowed)
-        if unknown:
-            raise TypeError(f"unknown agent settings {unknown}; this agent takes {sorted(allowed | own.keys())}")
-        settings = cls(**own, extra=config)
-        if settings.max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, not {settings.max_turns}")
-        return settings
-
-    def run_kwargs(self) -> dict[str, Any]:
-        return {"max_turns": self.max_turns, "max_context_tokens": self.max_context_tokens,
-                "max_response_tokens": self.max_response_tokens, "model_timeout": self.model_timeout}
+def agent_config(cls: type[C], config: Mapping[str, Any]) -> C:
+    """The agent's typed config (`agentrl.config.agent`) from the keyword arguments Hydra passes: an unknown
+    key is an error naming it, and the config's own checks (`__post_init__`) run."""
+    config = {k: v for k, v in config.items() if k != "_target_"}
+    known = {f.name for f in fields(cls)} - {"_target_"}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise TypeError(f"unknown agent settings {unknown}; {cls.__name__} takes {sorted(known)}")
+    return cls(**config)
 
 
-def new_play_id() -> str:
-    return uuid.uuid4().hex[:16]
-
-
-def multi_agent_metrics(outputs: Iterable[RolloutOutput]) -> dict[str, float]:
+def multi_agent_metrics(rollouts: Iterable[Rollout]) -> dict[str, float]:
     """Rollout metrics over the samples of one or more plays.
 
     `multi_agent/avg_turns`: model turns per sample. `multi_agent/early_termination_rate`: share of plays that
@@ -147,31 +115,26 @@ def multi_agent_metrics(outputs: Iterable[RolloutOutput]) -> dict[str, float]:
     tokens that are trained (roles not frozen), with the share of each role under `loss_mask/role_split/<role>`.
     `reward/avg` and `reward/<role>`: mean final reward.
     """
-    outputs = list(outputs)
-    if not outputs:
+    rollouts = list(rollouts)
+    if not rollouts:
         return {}
-    by_play: dict[str, list[RolloutOutput]] = defaultdict(list)
+    by_play: dict[str, list[Rollout]] = defaultdict(list)
     by_role: dict[str, list[float]] = defaultdict(list)
     role_tokens: dict[str, int] = defaultdict(int)
     trained = total = 0
-    for o in outputs:
-        by_play[str(o.metadata.get("agentenv_play_id", id(o)))].append(o)
-        by_role[o.role].append(o.reward)
-        n = int(o.metadata.get("agentenv_completion_tokens", 0) or 0)
-        role_tokens[o.role] += n
-        total += n
-        trained += 0 if o.metadata.get("frozen") else n
-    early = sum(
-        1 for group in by_play.values()
-        if any(o.metadata.get("agentenv_early_exit") or o.metadata.get("agentenv_failure") for o in group)
-    )
+    for r in rollouts:
+        by_play[r.play_id].append(r)
+        by_role[r.role].append(r.reward)
+        role_tokens[r.role] += r.completion_tokens
+        total += r.completion_tokens
+        trained += 0 if r.frozen else r.completion_tokens
+    early = sum(1 for play in by_play.values() if any(r.early_exit or r.failure for r in play))
     metrics = {
-        "multi_agent/avg_turns": sum(int(o.metadata.get("agentenv_turns", 0) or 0) for o in outputs) / len(outputs),
+        "multi_agent/avg_turns": sum(r.turns for r in rollouts) / len(rollouts),
         "multi_agent/early_termination_rate": early / len(by_play),
-        "multi_agent/conversation_token_count": sum(
-            int(o.metadata.get("agentenv_context_tokens", 0) or 0) for o in outputs) / len(by_play),
+        "multi_agent/conversation_token_count": sum(r.context_tokens for r in rollouts) / len(by_play),
         "loss_mask/role_split": trained / total if total else 0.0,
-        "reward/avg": sum(o.reward for o in outputs) / len(outputs),
+        "reward/avg": sum(r.reward for r in rollouts) / len(rollouts),
     }
     for role, n in role_tokens.items():
         metrics[f"loss_mask/role_split/{role}"] = n / total if total else 0.0
@@ -195,21 +158,3 @@ def task_prompts(row: dict[str, Any]) -> tuple[str, str]:
 def with_role(system: str, role: Role) -> str:
     """The task's system prompt followed by the role's instructions."""
     return "\n\n".join(p for p in (system, role.prompt) if p)
-
-
-def role_output(base_url: str, role: Role, reward: float, metadata: dict[str, Any], play_id: str,
-                weight: float = 1.0) -> RolloutOutput:
-    """A multi-agent sample: `reward` × `weight` (0 when flagged), the role in metadata, grouped by role."""
-    raw = 0.0 if metadata.get("agentenv_failure") else float(reward)
-    final = raw * weight
-    meta = {**metadata, "reward": final, "role": role.name, "frozen": role.frozen, "agentenv_play_id": play_id,
-            "agentenv_raw_reward": raw, "agentenv_weight": weight}
-    if role.model:
-        meta["model"] = role.model
-    return RolloutOutput(base_url=base_url, role=role.name, reward=final, metadata=meta, group=role.name)
-
-
-def reward_weight(reward_fn: Any, selected_reward: float | None) -> float:
-    """The reward group's weight for an outcome (`Asymmetric.weight`); 1.0 for groups without weights."""
-    weight = getattr(reward_fn, "weight", None)
-    return float(weight(selected_reward)) if callable(weight) else 1.0

@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 
+from agentrl.agents.record import Failure, Rollout
+
 
 class ChatError(Exception):
     """A model turn that failed; `failure` is the flag the rollout carries (model_timeout, model_error, ...)."""
@@ -90,33 +92,25 @@ async def chat(
     )
 
 
-def new_stats() -> dict[str, Any]:
-    """The per-sample counters a multi-agent role turn fills (same keys as the tool-calling agent's)."""
-    return {"agentenv_turns": 0, "agentenv_completion_tokens": 0, "agentenv_context_tokens": 0,
-            "agentenv_tool_calls": 0, "agentenv_invalid_calls": 0, "agentenv_scores": {}}
-
-
-async def role_turn(client: httpx.AsyncClient, base_url: str, messages: list[dict[str, Any]], stats: dict[str, Any],
+async def role_turn(client: httpx.AsyncClient, base_url: str, messages: list[dict[str, Any]], record: Rollout,
                     *, request_kwargs: dict[str, Any], max_response_tokens: int | None = None,
                     max_context_tokens: int | None = None, timeout: float = 600.0) -> ChatReply | None:
     """One tool-less model turn on a role's conversation: appends the reply to `messages` and counts it in
-    `stats`; on failure (or when the turn would not fit `max_context_tokens`) flags `stats` and returns None."""
+    `record`; on failure (or when the turn would not fit `max_context_tokens`) flags `record`, returns None."""
     if max_context_tokens is not None:
-        context = stats["agentenv_context_tokens"] + estimate_tokens(messages[-1:]) if stats["agentenv_turns"] \
+        context = record.context_tokens + estimate_tokens(messages[-1:]) if record.turns \
             else estimate_tokens(messages)
         if context + (max_response_tokens or 0) > max_context_tokens:
-            stats.setdefault("agentenv_failure", "over_budget")
-            stats.setdefault("agentenv_error", f"about {context} tokens + a reply exceed {max_context_tokens}")
+            record.flag(Failure.OVER_BUDGET, f"about {context} tokens + a reply exceed {max_context_tokens}")
             return None
     try:
         reply = await chat(client, base_url, messages, request_kwargs=request_kwargs,
                            max_tokens=max_response_tokens, timeout=timeout)
     except ChatError as exc:
-        stats.setdefault("agentenv_failure", exc.failure)
-        stats.setdefault("agentenv_error", str(exc)[:1000])
+        record.flag(Failure(exc.failure), str(exc))
         return None
     messages.append(reply.message)
-    stats["agentenv_turns"] += 1
-    stats["agentenv_completion_tokens"] += reply.completion_tokens
-    stats["agentenv_context_tokens"] = reply.total_tokens
+    record.turns += 1
+    record.completion_tokens += reply.completion_tokens
+    record.context_tokens = reply.total_tokens
     return reply

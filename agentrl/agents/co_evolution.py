@@ -15,21 +15,10 @@ import re
 from dataclasses import asdict
 from typing import Any
 
-from agentrl.agents.base import (
-    PlaySettings,
-    RewardFn,
-    Role,
-    RolloutOutput,
-    SessionPool,
-    new_play_id,
-    parse_roles,
-    reward_weight,
-    role_output,
-    task_prompts,
-    with_role,
-)
-from agentrl.agents.chat import new_stats, role_turn
-from agentrl.agents.tool_calling import run
+from agentrl.agents.base import Role, SessionPool, agent_config, parse_roles, task_prompts, with_role
+from agentrl.agents.chat import role_turn
+from agentrl.agents.record import Play, Rollout
+from agentrl.agents.tool_calling import play_episode
 from agentrl.config.agent import CoEvolutionAgentConfig
 from agentrl.http import async_client
 
@@ -50,74 +39,70 @@ def solutions_block(title: str, answers: list[str]) -> str:
     return f"### {title}\n\n" + "\n\n".join(f"#### Solution {i}\n{a}" for i, a in enumerate(answers))
 
 
-def _answered(out: dict[str, Any]) -> bool:
-    return not out.get("agentenv_failure") and bool(str(out.get("agentenv_answer") or "").strip())
+def _answered(record: Rollout) -> bool:
+    return record.failure is None and bool(record.answer.strip())
 
 
 class CoEvolutionAgent:
-    """Plays one row as `2 x num_parallel + 1` samples (fewer on an early exit), grouped by role."""
+    """Plays one row as `2 x num_parallel + 1` rollouts (fewer on an early exit); a judged play whose outcome
+    is the selected rewrite's scores."""
 
     def __init__(self, **config: Any) -> None:
-        self.settings = PlaySettings.split(config, allowed=("num_parallel", "roles"))
-        self.num_parallel = int(self.settings.extra.get("num_parallel", 5))
-        if self.num_parallel < 1:
-            raise ValueError(f"num_parallel must be at least 1, not {self.num_parallel}")
+        self.settings = agent_config(CoEvolutionAgentConfig, config)
+        self.num_parallel = int(self.settings.num_parallel)
         defaults = [asdict(r) for r in CoEvolutionAgentConfig().roles]
-        self.roles = parse_roles(self.settings.extra.get("roles"), ROLES, defaults)
+        self.roles = parse_roles(self.settings.roles, ROLES, defaults)
 
-    async def _episode(self, sessions: SessionPool, role: Role, messages: list[dict[str, Any]], row: dict[str, Any],
-                       reward_fn: RewardFn, request_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    async def _episode(self, sessions: SessionPool, role: Role, messages: list[dict[str, Any]],
+                       row: dict[str, Any], request_kwargs: dict[str, Any], play_id: str) -> Rollout:
         base_url = await sessions.open(role.name)
-        out = await run(base_url, messages, request_kwargs, row.get("metadata") or {}, reward_fn=reward_fn,
-                        **self.settings.run_kwargs())
-        return base_url, out
+        record = await play_episode(base_url, messages, request_kwargs, row.get("metadata") or {}, self.settings,
+                                    role=role.name)
+        return role.stamp(record, play_id)
 
-    async def play(self, sessions: SessionPool, row: dict[str, Any], *, reward_fn: RewardFn,
-                   request_kwargs: dict[str, Any]) -> list[RolloutOutput]:
+    async def play(self, sessions: SessionPool, row: dict[str, Any], *, request_kwargs: dict[str, Any]) -> Play:
         system, task = task_prompts(row)
         solver, rewriter, selector = (self.roles[n] for n in ROLES)
-        play_id = new_play_id()
+        play_id = Rollout().play_id
+
+        def early_exit(rollouts: list[Rollout]) -> Play:
+            for r in rollouts:
+                r.early_exit = True
+            return Play(rollouts, outcome=None, judged=True)
 
         solver_msgs = [{"role": "system", "content": with_role(system, solver)}, {"role": "user", "content": task}]
-        solvers = await asyncio.gather(*(self._episode(sessions, solver, solver_msgs, row, reward_fn, request_kwargs)
-                                         for _ in range(self.num_parallel)))
-        answers = [out["agentenv_answer"] for _, out in solvers if _answered(out)]
-        samples = [(solver, url, out) for url, out in solvers]
+        solvers = list(await asyncio.gather(*(
+            self._episode(sessions, solver, solver_msgs, row, request_kwargs, play_id)
+            for _ in range(self.num_parallel))))
+        answers = [r.answer for r in solvers if _answered(r)]
         if not answers:
-            return self._weighted(samples, None, reward_fn, play_id, early_exit=True)
+            return early_exit(solvers)
 
         rewriter_msgs = [{"role": "system", "content": with_role(system, rewriter)},
                          {"role": "user", "content": f"{task}\n\n{solutions_block('Candidate solutions', answers)}"}]
-        rewriters = await asyncio.gather(*(
-            self._episode(sessions, rewriter, rewriter_msgs, row, reward_fn, request_kwargs)
-            for _ in range(self.num_parallel)))
-        samples += [(rewriter, url, out) for url, out in rewriters]
-        rewrites = [out for _, out in rewriters if _answered(out)]
+        rewriters = list(await asyncio.gather(*(
+            self._episode(sessions, rewriter, rewriter_msgs, row, request_kwargs, play_id)
+            for _ in range(self.num_parallel))))
+        rewrites = [r for r in rewriters if _answered(r)]
         if not rewrites:
-            return self._weighted(samples, None, reward_fn, play_id, early_exit=True)
+            return early_exit(solvers + rewriters)
 
         base_url = await sessions.open(selector.name)
-        block = solutions_block("Rewritten solutions", [r["agentenv_answer"] for r in rewrites])
+        block = solutions_block("Rewritten solutions", [r.answer for r in rewrites])
         messages = [{"role": "system", "content": with_role(system, selector)},
                     {"role": "user", "content": f"{task}\n\n{block}"}]
-        stats = new_stats()
+        judge = selector.stamp(Rollout(role=selector.name, base_url=base_url), play_id)
         async with async_client() as client:
-            reply = await role_turn(client, base_url, messages, stats, request_kwargs=request_kwargs,
+            reply = await role_turn(client, base_url, messages, judge, request_kwargs=request_kwargs,
                                     max_response_tokens=self.settings.max_response_tokens,
                                     max_context_tokens=self.settings.max_context_tokens,
                                     timeout=self.settings.model_timeout)
         picked = parse_judgment(reply.content, len(rewrites)) if reply is not None else None
-        selected = float(rewrites[picked]["reward"]) if picked is not None else None
-        stats.update(reward=selected or 0.0, agentenv_selected=picked, agentenv_answer=reply.content if reply else "",
-                     agentenv_scores=dict(rewrites[picked]["agentenv_scores"]) if picked is not None else {})
-        samples.append((selector, base_url, stats))
-        return self._weighted(samples, selected, reward_fn, play_id, early_exit=picked is None)
-
-    @staticmethod
-    def _weighted(samples: list[tuple[Role, str, dict[str, Any]]], selected: float | None, reward_fn: RewardFn,
-                  play_id: str, *, early_exit: bool) -> list[RolloutOutput]:
-        weight = reward_weight(reward_fn, None if early_exit else selected)
-        return [role_output(url, role, out.get("reward", 0.0),
-                            {**out, "agentenv_early_exit": early_exit, "agentenv_selected_reward": selected},
-                            play_id, weight)
-                for role, url, out in samples]
+        judge.answer = reply.content if reply is not None else ""
+        judge.details["selected"] = picked
+        # The selector is scored by the rewrite it picked; nothing picked: nothing scored.
+        judge.scores = dict(rewrites[picked].scores or {}) if picked is not None else None
+        rollouts = solvers + rewriters + [judge]
+        if picked is None:
+            return early_exit(rollouts)
+        return Play(rollouts, outcome=judge.scores, judged=True)

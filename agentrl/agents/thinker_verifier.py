@@ -14,18 +14,9 @@ import re
 from dataclasses import asdict
 from typing import Any
 
-from agentrl.agents.base import (
-    PlaySettings,
-    RewardFn,
-    RolloutOutput,
-    SessionPool,
-    new_play_id,
-    parse_roles,
-    role_output,
-    task_prompts,
-    with_role,
-)
-from agentrl.agents.chat import new_stats, role_turn
+from agentrl.agents.base import SessionPool, agent_config, parse_roles, task_prompts, with_role
+from agentrl.agents.chat import role_turn
+from agentrl.agents.record import Play, Rollout
 from agentrl.agents.tool_calling import submit
 from agentrl.config.agent import ThinkerVerifierAgentConfig
 from agentrl.http import async_client
@@ -47,31 +38,31 @@ def accepts(text: str) -> bool:
 
 
 class ThinkerVerifierAgent:
-    """Plays one row as two samples (thinker, verifier) sharing one reward."""
+    """Plays one row as two rollouts (thinker, verifier) sharing the accepted answer's scores."""
 
     def __init__(self, **config: Any) -> None:
-        self.settings = PlaySettings.split(config, allowed=("roles",))
+        self.settings = agent_config(ThinkerVerifierAgentConfig, config)
         defaults = [asdict(r) for r in ThinkerVerifierAgentConfig().roles]
-        self.roles = parse_roles(self.settings.extra.get("roles"), ROLES, defaults)
+        self.roles = parse_roles(self.settings.roles, ROLES, defaults)
 
-    async def play(self, sessions: SessionPool, row: dict[str, Any], *, reward_fn: RewardFn,
-                   request_kwargs: dict[str, Any]) -> list[RolloutOutput]:
+    async def play(self, sessions: SessionPool, row: dict[str, Any], *, request_kwargs: dict[str, Any]) -> Play:
         system, task = task_prompts(row)
         thinker, verifier = (self.roles[n] for n in ROLES)
-        play_id = new_play_id()
-        urls = {r.name: await sessions.open(r.name) for r in (thinker, verifier)}
+        play_id = Rollout().play_id
+        records = {r.name: r.stamp(Rollout(base_url=await sessions.open(r.name)), play_id)
+                   for r in (thinker, verifier)}
         convo = {
             thinker.name: [{"role": "system", "content": with_role(system, thinker)},
                            {"role": "user", "content": task}],
             verifier.name: [{"role": "system", "content": with_role(system, verifier)}],
         }
-        stats = {thinker.name: new_stats(), verifier.name: new_stats()}
         s = self.settings
         turns, accepted, proposal, answer = 0, False, "", None
         async with async_client() as client:
 
             async def turn(role: str) -> str | None:
-                reply = await role_turn(client, urls[role], convo[role], stats[role], request_kwargs=request_kwargs,
+                record = records[role]
+                reply = await role_turn(client, record.base_url, convo[role], record, request_kwargs=request_kwargs,
                                         max_response_tokens=s.max_response_tokens,
                                         max_context_tokens=s.max_context_tokens, timeout=s.model_timeout)
                 return None if reply is None else reply.content
@@ -95,16 +86,16 @@ class ThinkerVerifierAgent:
                     break
                 convo[thinker.name].append({"role": "user", "content": f"### Verifier\n{verdict}"})
 
-        flagged = next((st for st in stats.values() if st.get("agentenv_failure")), None)
-        if accepted:
-            scored = await submit(row.get("metadata") or {}, proposal, answer=answer, reward_fn=reward_fn)
-            reward = float(scored["reward"])
-            joint = {k: scored[k] for k in ("agentenv_scores", "agentenv_failure", "agentenv_error") if k in scored}
-        else:
-            reward, joint = 0.0, {"agentenv_scores": {}}
-            if flagged is not None:
-                joint.update(agentenv_failure=flagged["agentenv_failure"], agentenv_error=flagged["agentenv_error"])
-        shared = {**joint, "agentenv_accepted": accepted, "agentenv_answer": answer or "",
-                  "agentenv_early_exit": not accepted, "agentenv_conversation_turns": turns}
-        return [role_output(urls[r.name], r, reward, {**stats[r.name], **shared}, play_id)
-                for r in (thinker, verifier)]
+        # The joint outcome: the accepted answer's scores for both roles; none (reward 0) when never accepted.
+        flagged = next((r for r in records.values() if r.failure is not None), None)
+        joint = await submit(row.get("metadata") or {}, proposal, answer=answer) if accepted else None
+        for record in records.values():
+            record.answer, record.early_exit = answer or "", not accepted
+            record.details.update(accepted=accepted, conversation_turns=turns)
+            if joint is not None:
+                record.scores, record.env_reward = joint.scores, joint.env_reward
+                if joint.failure is not None:
+                    record.flag(joint.failure, joint.error)
+            elif flagged is not None:
+                record.flag(flagged.failure, flagged.error)
+        return Play([records[thinker.name], records[verifier.name]])

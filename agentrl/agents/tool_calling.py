@@ -1,8 +1,9 @@
 """The tool-calling agent: one model plays one episode with the row's tools, up to `max_turns` model turns.
 
-`run` is Miles' agent function (`--custom-agent-function-path agentrl.agents.tool_calling.run`) and the same
-function the built-in trainer calls through `ToolCallingAgent.play`. It never raises for env or model failures:
-the rollout ends flagged (`agentenv_failure`) with reward 0, and the episode is always closed.
+`play_episode` plays it and returns the typed `Rollout`; `ToolCallingAgent.play` is what the built-in trainer
+calls, and `run` is Miles' agent function (`--custom-agent-function-path agentrl.agents.tool_calling.run`),
+the same episode returned as the AgentEnv metadata dict. Nothing here raises for env or model failures: the
+rollout ends flagged (`Rollout.failure`) and scores 0, and the episode is always closed.
 """
 
 from __future__ import annotations
@@ -10,13 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from agentrl.agents.base import PlaySettings, RewardFn, RolloutOutput, SessionPool, new_play_id
+from agentrl.agents.base import SessionPool, agent_config
 from agentrl.agents.chat import ChatError, ChatReply, chat, estimate_tokens
+from agentrl.agents.record import Failure, Play, Rollout, miles_metadata
+from agentrl.config.agent import ToolCallingAgentConfig
+from agentrl.config.env import EnvServerConfig
 from agentrl.envs.client import (
     CallResult,
     EnvAuthError,
@@ -24,6 +30,7 @@ from agentrl.envs.client import (
     EnvConnectionError,
     EnvResetError,
     EnvTimeoutError,
+    EnvUnreachableError,
     EpisodeClient,
 )
 from agentrl.http import async_client
@@ -31,39 +38,49 @@ from agentrl.http import async_client
 log = logging.getLogger(__name__)
 
 END_TURN = "end_turn"
-# The env server's failure names that mean the same thing as ours.
-_SERVER_FAILURES = {"reward_error": "no_reward", "reset_timeout": "deploy", "reset_failed": "deploy"}
+_ENV_SETTINGS = ("tool_timeout", "reset_timeout", "connect_timeout")
+# A tool-call block left in the reply's text: the endpoint's parser could not read it (SGLang's drops it).
+_UNPARSED_CALL = re.compile(r"<tool_call>", re.I)
 
 
 @dataclass
 class _Play:
-    """What one episode has produced so far."""
+    """An episode in progress: the conversation, and the record it fills."""
 
+    record: Rollout
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
-    turns: int = 0
-    tool_calls: int = 0
-    invalid_calls: int = 0
-    completion_tokens: int = 0
-    context_tokens: int = 0  # tokens of the conversation as the endpoint last counted it
-    uncounted: list[dict[str, Any]] = field(default_factory=list)  # messages appended since that count
-    answer: str = ""
+    uncounted: list[dict[str, Any]] = field(default_factory=list)  # messages appended since the last count
     final: CallResult | None = None
-    failure: str | None = None
-    error: str = ""
 
-    def flag(self, failure: str, error: str) -> None:
-        if self.failure is None:
-            self.failure, self.error = failure, error
+    def flag(self, failure: Failure, error: str) -> None:
+        self.record.flag(failure, error)
 
 
-def _setting(name: str, kw: dict[str, Any], metadata: dict[str, Any], default: Any) -> Any:
-    """An agent setting: keyword arguments (the agent config) win over the row's metadata over the default."""
-    if kw.get(name) is not None:
-        return kw[name]
-    if metadata.get(name) is not None:
-        return metadata[name]
-    return default
+def episode_client(metadata: Mapping[str, Any]) -> EpisodeClient:
+    """A client for the row's episode: the env server's URL and settings as the row carries them."""
+    server = EnvServerConfig()  # the defaults of a row that does not carry a setting
+    return EpisodeClient(str(metadata["url"]), token_var=metadata.get("token_var") or None,
+                         reset_timeout=float(metadata.get("reset_timeout") or server.reset_timeout),
+                         tool_timeout=float(metadata.get("tool_timeout") or server.tool_timeout),
+                         connect_timeout=float(metadata.get("connect_timeout") or server.connect_timeout))
+
+
+async def _reset(env: EpisodeClient, metadata: Mapping[str, Any], play: _Play) -> tuple[str, str, list] | None:
+    """Start the row's episode: (user prompt, system prompt, tools), or None (flagged) when it cannot start."""
+    try:
+        return await env.reset(str(metadata["split"]), int(metadata["index"]))
+    except (EnvResetError, EnvTimeoutError) as exc:
+        play.flag(Failure.DEPLOY, str(exc))
+    except EnvAuthError as exc:
+        play.flag(Failure.ENV_AUTH, str(exc))
+    except EnvUnreachableError as exc:
+        play.flag(Failure.ENV_UNREACHABLE, str(exc))
+    except EnvConnectionError as exc:
+        play.flag(Failure.ENV_GONE, str(exc))
+    except (EnvClientError, KeyError, ValueError, TypeError) as exc:
+        play.flag(Failure.ENV_ERROR, f"{type(exc).__name__}: {exc}")
+    return None
 
 
 def _initial_messages(prompt: Any, system_prompt: str, user_prompt: str) -> list[dict[str, Any]]:
@@ -93,27 +110,27 @@ def _append(play: _Play, message: dict[str, Any]) -> None:
 
 
 async def _model_turn(client: httpx.AsyncClient, base_url: str, play: _Play, request_kwargs: dict[str, Any],
-                      max_context: int | None, max_response: int | None, timeout: float) -> ChatReply | None:
+                      settings: ToolCallingAgentConfig) -> ChatReply | None:
     """One model turn, or None (flagged) when it cannot run or failed."""
-    if max_context is not None:
-        context = (play.context_tokens + estimate_tokens(play.uncounted)) if play.turns else \
+    rec, max_response = play.record, settings.max_response_tokens
+    if settings.max_context_tokens is not None:
+        context = (rec.context_tokens + estimate_tokens(play.uncounted)) if rec.turns else \
             estimate_tokens(play.messages)
-        if context + (max_response or 0) > max_context:
-            play.flag("over_budget", f"the next turn needs about {context} + {max_response or 0} tokens; "
-                                     f"the budget is {max_context}")
+        if context + (max_response or 0) > settings.max_context_tokens:
+            play.flag(Failure.OVER_BUDGET, f"the next turn needs about {context} + {max_response or 0} tokens; "
+                                           f"the budget is {settings.max_context_tokens}")
             return None
     try:
         reply = await chat(client, base_url, play.messages, tools=play.tools, request_kwargs=request_kwargs,
-                           max_tokens=max_response, timeout=timeout)
+                           max_tokens=max_response, timeout=settings.model_timeout)
     except ChatError as exc:
-        play.flag(exc.failure, str(exc))
+        play.flag(Failure(exc.failure), str(exc))
         return None
-    play.turns += 1
-    play.completion_tokens += reply.completion_tokens
-    play.context_tokens = reply.total_tokens
-    play.uncounted = []
+    rec.turns += 1
+    rec.completion_tokens += reply.completion_tokens
+    rec.context_tokens = reply.total_tokens
     # Echo the assistant message exactly as returned: the session server checks it on the next request.
-    _append(play, reply.message)
+    play.messages.append(reply.message)
     play.uncounted = []
     return reply
 
@@ -121,10 +138,14 @@ async def _model_turn(client: httpx.AsyncClient, base_url: str, play: _Play, req
 def _finish(play: _Play, result: CallResult) -> None:
     """The episode ended with `result`: keep its scores, or flag why it has none."""
     play.final = result
+    play.record.scores = dict(result.scores)
+    play.record.env_reward = result.reward
     if result.failure:
-        play.flag(_SERVER_FAILURES.get(result.failure, result.failure), result.text)
+        play.flag(Failure.of(result.failure), result.text)
     elif result.is_error and not result.scores:
-        play.flag("env_error", result.text)
+        play.flag(Failure.ENV_ERROR, result.text)
+    elif result.reward is None and not result.scores:
+        play.flag(Failure.NO_REWARD, "the episode ended without a reward or scores")
 
 
 async def _call(env: EpisodeClient, name: str, arguments: dict[str, Any], play: _Play) -> CallResult | None:
@@ -132,23 +153,63 @@ async def _call(env: EpisodeClient, name: str, arguments: dict[str, Any], play: 
     try:
         return await env.call(name, arguments)
     except EnvTimeoutError as exc:
-        play.flag("tool_timeout", str(exc))
+        play.flag(Failure.TOOL_TIMEOUT, str(exc))
     except EnvConnectionError as exc:
-        play.flag("env_gone", str(exc))
+        play.flag(Failure.ENV_GONE, str(exc))
     except EnvClientError as exc:
-        play.flag("env_error", str(exc))
+        play.flag(Failure.ENV_ERROR, str(exc))
     return None
 
 
+def _unparsed_call(reply: ChatReply) -> str | None:
+    """Why a reply announced a tool call that did not arrive: the endpoint's parser dropped a malformed block
+    (finish_reason tool_calls, no calls) or left it in the text. None for a reply without that problem."""
+    if not reply.tool_calls and reply.finish_reason == "tool_calls":
+        return "your reply announced a tool call, but no call could be read from it"
+    if _UNPARSED_CALL.search(reply.content):
+        return "your reply holds a <tool_call> block that could not be parsed (its JSON is malformed)"
+    return None
+
+
+async def _tool_calls(env: EpisodeClient, play: _Play, reply: ChatReply) -> bool:
+    """Run the reply's tool calls in order; False when the episode ended (done or flagged)."""
+    rec = play.record
+    for call in reply.tool_calls:
+        fn = call.get("function") or {}
+        name = str(fn.get("name") or "")
+        arguments, problem = _parse_arguments(fn.get("arguments", "{}"))
+        if arguments is None:
+            rec.invalid_calls += 1
+            text = f"error: the arguments of {name!r} are {problem}; call it again with a JSON object"
+            _append(play, {"role": "tool", "tool_call_id": call.get("id", ""), "name": name, "content": text})
+            continue
+        rec.tool_calls += 1
+        rec.answer = (arguments.get("response") or "") if name == END_TURN else f"{name} {json.dumps(arguments)}"
+        result = await _call(env, name, arguments, play)
+        if result is None:
+            return False
+        if result.done:
+            _finish(play, result)
+            return False
+        if name == END_TURN:
+            play.tools = result.tools or play.tools
+        _append(play, {"role": "tool", "tool_call_id": call.get("id", ""), "name": name, "content": result.text})
+    return True
+
+
 async def _play_turns(env: EpisodeClient, client: httpx.AsyncClient, base_url: str, play: _Play,
-                      request_kwargs: dict[str, Any], settings: dict[str, Any]) -> None:
-    while play.turns < settings["max_turns"]:
-        reply = await _model_turn(client, base_url, play, request_kwargs, settings["max_context_tokens"],
-                                  settings["max_response_tokens"], settings["model_timeout"])
+                      request_kwargs: dict[str, Any], settings: ToolCallingAgentConfig) -> None:
+    rec = play.record
+    while rec.turns < settings.max_turns:
+        reply = await _model_turn(client, base_url, play, request_kwargs, settings)
         if reply is None:
             return
-        if not reply.tool_calls:
-            play.answer = reply.content
+        unparsed = _unparsed_call(reply)
+        if reply.tool_calls:
+            if not await _tool_calls(env, play, reply):
+                return
+        elif unparsed is None:
+            rec.answer = reply.content
             result = await _call(env, END_TURN, {"response": reply.content}, play)
             if result is None or result.done:
                 if result is not None:
@@ -157,32 +218,14 @@ async def _play_turns(env: EpisodeClient, client: httpx.AsyncClient, base_url: s
             # Another turn of a multi-turn task: its prompt arrives as the user's next message.
             play.tools = result.tools or play.tools
             _append(play, {"role": "user", "content": result.prompt or result.text})
-        else:
-            for call in reply.tool_calls:
-                fn = call.get("function") or {}
-                name = str(fn.get("name") or "")
-                arguments, problem = _parse_arguments(fn.get("arguments", "{}"))
-                if arguments is None:
-                    play.invalid_calls += 1
-                    text = f"error: the arguments of {name!r} are {problem}; call it again with a JSON object"
-                    _append(play, {"role": "tool", "tool_call_id": call.get("id", ""), "name": name, "content": text})
-                    continue
-                play.tool_calls += 1
-                play.answer = (arguments.get("response") or "") if name == END_TURN else \
-                    f"{name} {json.dumps(arguments)}"
-                result = await _call(env, name, arguments, play)
-                if result is None:
-                    return
-                if result.done:
-                    _finish(play, result)
-                    return
-                if name == END_TURN:
-                    play.tools = result.tools or play.tools
-                _append(play, {"role": "tool", "tool_call_id": call.get("id", ""), "name": name,
-                               "content": result.text})
+        if unparsed is not None:
+            # An invalid call, answered like malformed arguments, so the model is told and tries again.
+            rec.invalid_calls += 1
+            _append(play, {"role": "user", "content": f"error: {unparsed}; call the tool again with its "
+                                                      "arguments as a JSON object"})
         if reply.finish_reason == "length":
             # A cut-off reply cannot be continued by another call (the sample would not merge).
-            play.flag("truncated", "the model's reply hit max_response_tokens")
+            play.flag(Failure.TRUNCATED, "the model's reply hit max_response_tokens")
             return
     # Out of model turns with the episode still open: end the turn so the env scores what was done.
     last = next((m.get("content") or "" for m in reversed(play.messages) if m.get("role") == "assistant"), "")
@@ -191,123 +234,98 @@ async def _play_turns(env: EpisodeClient, client: httpx.AsyncClient, base_url: s
         if result.done:
             _finish(play, result)
         else:
-            play.flag("max_turns", f"the task wanted another turn after {play.turns} model turns")
+            play.flag(Failure.MAX_TURNS, f"the task wanted another turn after {rec.turns} model turns")
 
 
-async def run(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metadata: dict[str, Any],
-              **kw: Any) -> dict[str, Any]:
-    """Play the row's episode through the chat endpoint at `base_url` (Miles' agent function contract).
-
-    `metadata` is the row's: split, index, tools, url, token_var, max_turns, tool_timeout, reset_timeout,
-    model_timeout. Keyword settings (`max_turns`, `max_context_tokens`, `max_response_tokens`, `model_timeout`,
-    `tool_timeout`, `reset_timeout`) override the row's. `reward_fn(scores) -> float` replaces the env's reward.
-    `http_client` reuses an httpx.AsyncClient. Returns `reward` (0 when flagged), `agentenv_scores`,
-    `agentenv_tool_calls`, `agentenv_invalid_calls`, `agentenv_turns`, token counts, `agentenv_answer`, and
-    `agentenv_failure`/`agentenv_error` when flagged.
-    """
+async def play_episode(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metadata: Mapping[str, Any],
+                       settings: ToolCallingAgentConfig, *, role: str = "agent",
+                       http_client: httpx.AsyncClient | None = None) -> Rollout:
+    """Play the row's episode (`metadata`: split, index, url and the env server's settings) through the chat
+    endpoint at `base_url`; returns its record (scores and counts; `failure` set when flagged)."""
     metadata = dict(metadata or {})
-    request_kwargs = dict(request_kwargs or {})
-    reward_fn: RewardFn | None = kw.get("reward_fn")
-    settings = {
-        "max_turns": int(_setting("max_turns", kw, metadata, 4)),
-        "max_context_tokens": _setting("max_context_tokens", kw, metadata, metadata.get("max_seq_len")),
-        "max_response_tokens": _setting("max_response_tokens", kw, metadata, request_kwargs.get("max_tokens")),
-        "model_timeout": float(_setting("model_timeout", kw, metadata, 600.0)),
-    }
-    play = _Play(messages=[], tools=list(metadata.get("tools") or []))
+    play = _Play(Rollout(role=role, base_url=base_url), messages=[], tools=list(metadata.get("tools") or []))
+    if not metadata.get("url"):
+        play.flag(Failure.BAD_ROW, "the row's metadata has no env server 'url'")
+        return play.record
     env: EpisodeClient | None = None
-    client = kw.get("http_client")
-    own_client = client is None
-    if own_client:
-        client = async_client()
+    client = http_client or async_client()
     try:
-        url = metadata.get("url")
-        if not url:
-            play.flag("bad_row", "the row's metadata has no env server 'url'")
-            return _result(play, reward_fn)
-        try:
-            env = EpisodeClient(url, token_var=metadata.get("token_var") or None,
-                                reset_timeout=float(_setting("reset_timeout", kw, metadata, 600.0)),
-                                tool_timeout=float(_setting("tool_timeout", kw, metadata, 60.0)))
-            user_prompt, system_prompt, env_tools = await env.reset(str(metadata["split"]), int(metadata["index"]))
-        except EnvResetError as exc:
-            play.flag("deploy", str(exc))
-            return _result(play, reward_fn)
-        except EnvAuthError as exc:
-            play.flag("env_auth", str(exc))
-            return _result(play, reward_fn)
-        except EnvTimeoutError as exc:
-            play.flag("deploy", str(exc))
-            return _result(play, reward_fn)
-        except EnvConnectionError as exc:
-            play.flag("env_gone", str(exc))
-            return _result(play, reward_fn)
-        except (EnvClientError, KeyError, ValueError, TypeError) as exc:
-            play.flag("env_error", f"{type(exc).__name__}: {exc}")
-            return _result(play, reward_fn)
-        play.messages = _initial_messages(prompt, system_prompt, user_prompt)
-        play.tools = play.tools or env_tools
-        await _play_turns(env, client, base_url, play, request_kwargs, settings)
+        env = episode_client(metadata)
+        started = await _reset(env, metadata, play)
+        if started is not None:
+            user_prompt, system_prompt, env_tools = started
+            play.messages = _initial_messages(prompt, system_prompt, user_prompt)
+            play.tools = play.tools or env_tools
+            await _play_turns(env, client, base_url, play, dict(request_kwargs or {}), settings)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a bug must not kill the rollout: flag it and say what it was
         log.exception("the tool-calling agent failed on %s/%s", metadata.get("split"), metadata.get("index"))
-        play.flag("agent_error", f"{type(exc).__name__}: {exc}")
+        play.flag(Failure.AGENT_ERROR, f"{type(exc).__name__}: {exc}")
     finally:
         if env is not None:
             await env.close()
-        if own_client:
+        if http_client is None:
             await client.aclose()
-    return _result(play, reward_fn)
+    return _ended(play)
 
 
-def _result(play: _Play, reward_fn: RewardFn | None) -> dict[str, Any]:
-    scores = dict(play.final.scores) if play.final is not None else {}
-    reward = 0.0
-    if play.failure is None:
-        if play.final is None:
-            play.flag("no_reward", "the episode ended without a result")
-        elif reward_fn is not None:
-            try:
-                reward = float(reward_fn(scores))
-            except Exception as exc:  # the reward group's own error says which score is missing
-                play.flag("no_reward", f"{type(exc).__name__}: {exc}")
-        elif play.final.reward is None:
-            play.flag("no_reward", f"the episode ended without a reward (scores {scores})")
-        else:
-            reward = float(play.final.reward)
-    out: dict[str, Any] = {
-        "reward": 0.0 if play.failure else reward,
-        "agentenv_scores": scores,
-        "agentenv_tool_calls": play.tool_calls,
-        "agentenv_invalid_calls": play.invalid_calls,
-        "agentenv_turns": play.turns,
-        "agentenv_completion_tokens": play.completion_tokens,
-        "agentenv_context_tokens": play.context_tokens,
-        "agentenv_answer": play.answer,
-    }
-    if play.failure:
-        out["agentenv_failure"] = play.failure
-        out["agentenv_error"] = play.error[:1000]
-    return out
+def _ended(play: _Play) -> Rollout:
+    """The record of a closed episode; one that ended without a result is flagged."""
+    if play.final is None and play.record.failure is None:
+        play.flag(Failure.NO_REWARD, "the episode ended without a result")
+    return play.record
+
+
+def row_settings(metadata: Mapping[str, Any], request_kwargs: Mapping[str, Any], **overrides: Any
+                 ) -> ToolCallingAgentConfig:
+    """The settings of an episode Miles plays: the row's (`max_turns`, `model_timeout`, Miles' `max_seq_len`)
+    and the request's `max_tokens`, under explicit `overrides`; budgets are off where none is given."""
+    given = {"max_turns": metadata.get("max_turns"), "max_context_tokens": metadata.get("max_seq_len"),
+             "max_response_tokens": request_kwargs.get("max_tokens"), "model_timeout": metadata.get("model_timeout")}
+    given.update({k: v for k, v in overrides.items() if v is not None})
+    defaults = ToolCallingAgentConfig()
+    return ToolCallingAgentConfig(
+        max_turns=int(given["max_turns"] or defaults.max_turns),
+        max_context_tokens=given["max_context_tokens"], max_response_tokens=given["max_response_tokens"],
+        model_timeout=float(given["model_timeout"] or defaults.model_timeout))
+
+
+async def run(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metadata: dict[str, Any],
+              **kw: Any) -> dict[str, Any]:
+    """Miles' agent function: play the row's episode and return the AgentEnv metadata dict (`reward` is the
+    env's own reward, 0 when flagged; `agentenv_scores`, counts, `agentenv_failure`/`agentenv_error`).
+
+    Keyword settings (`max_turns`, `max_context_tokens`, `max_response_tokens`, `model_timeout`, and the env
+    server's `tool_timeout`, `reset_timeout`, `connect_timeout`) override the row's; `http_client` reuses an
+    httpx.AsyncClient.
+    """
+    request_kwargs = dict(request_kwargs or {})
+    client = kw.pop("http_client", None)
+    # The env server's settings travel in the row; keyword ones replace them.
+    metadata = {**(metadata or {}), **{k: kw.pop(k) for k in _ENV_SETTINGS if kw.get(k) is not None}}
+    settings = row_settings(metadata, request_kwargs, **kw)
+    record = await play_episode(base_url, prompt, request_kwargs, metadata, settings, http_client=client)
+    if record.failure is None and record.env_reward is None:
+        record.flag(Failure.NO_REWARD, f"the episode ended without a reward (scores {record.scores})")
+    record.reward = 0.0 if record.failure else float(record.env_reward or 0.0)
+    return miles_metadata(record)
 
 
 class ToolCallingAgent:
-    """`agent=tool_calling`: one session (role "agent") plays the row's episode via `run`."""
+    """`agent=tool_calling`: one session (role "agent") plays the row's episode."""
 
     role = "agent"
 
     def __init__(self, **config: Any) -> None:
-        self.settings = PlaySettings.split(config, allowed=())
+        self.settings = agent_config(ToolCallingAgentConfig, config)
 
-    async def play(self, sessions: SessionPool, row: dict[str, Any], *, reward_fn: RewardFn,
-                   request_kwargs: dict[str, Any]) -> list[RolloutOutput]:
-        """Open one session and play the row; the one output's reward is `reward_fn(scores)` (0 when flagged)."""
+    async def play(self, sessions: SessionPool, row: dict[str, Any], *, request_kwargs: dict[str, Any]) -> Play:
+        """Open one session and play the row: one rollout, scored by the env (the reward group rewards it)."""
         base_url = await sessions.open(self.role)
-        out = await run(base_url, row.get("messages"), request_kwargs, row.get("metadata") or {},
-                        reward_fn=reward_fn, **self.settings.run_kwargs())
-        out.update(role=self.role, frozen=False, agentenv_play_id=new_play_id())
-        return [RolloutOutput(base_url=base_url, role=self.role, reward=out["reward"], metadata=out)]
+        record = await play_episode(base_url, row.get("messages"), request_kwargs, row.get("metadata") or {},
+                                    self.settings, role=self.role)
+        return Play([record])
 
 
 def task_tool_call(tools: list[dict[str, Any]], answer: str) -> tuple[str, dict[str, Any]] | None:
@@ -332,44 +350,38 @@ def task_tool_call(tools: list[dict[str, Any]], answer: str) -> tuple[str, dict[
     return task_tools[0]["name"], {required[0]: value}
 
 
-async def submit(metadata: dict[str, Any], response: str, *, answer: str | None = None,
-                 reward_fn: RewardFn | None = None, **kw: Any) -> dict[str, Any]:
+async def submit(metadata: Mapping[str, Any], response: str, *, answer: str | None = None, role: str = "agent"
+                 ) -> Rollout:
     """Score a finished answer on the row's episode without a model: hand `answer` to the task's one tool
     (see `task_tool_call`) when given, then end the turn with `response` if the episode is still open.
-    Returns the same keys as `run` (no model turns); never raises for env failures; closes the episode."""
+    Returns the episode's record (scores, no model turns); never raises for env failures; closes the episode."""
     metadata = dict(metadata or {})
-    play = _Play(messages=[], tools=list(metadata.get("tools") or []), answer=answer or response)
+    play = _Play(Rollout(role=role, answer=answer or response), messages=[],
+                 tools=list(metadata.get("tools") or []))
     env: EpisodeClient | None = None
     try:
-        env = EpisodeClient(metadata["url"], token_var=metadata.get("token_var") or None,
-                            reset_timeout=float(_setting("reset_timeout", kw, metadata, 600.0)),
-                            tool_timeout=float(_setting("tool_timeout", kw, metadata, 60.0)))
-        try:
-            _, _, env_tools = await env.reset(str(metadata["split"]), int(metadata["index"]))
-        except EnvResetError as exc:
-            play.flag("deploy", str(exc))
-            return _result(play, reward_fn)
-        except EnvConnectionError as exc:
-            play.flag("env_gone", str(exc))
-            return _result(play, reward_fn)
-        call = task_tool_call(play.tools or env_tools, answer) if answer is not None else None
+        env = episode_client(metadata)
+        started = await _reset(env, metadata, play)
+        if started is None:
+            return play.record
+        call = task_tool_call(play.tools or started[2], answer) if answer is not None else None
         if call is not None:
-            play.tool_calls += 1
+            play.record.tool_calls += 1
             result = await _call(env, call[0], call[1], play)
             if result is not None and result.done:
                 _finish(play, result)
-        if play.final is None and play.failure is None:
+        if play.final is None and play.record.failure is None:
             result = await _call(env, END_TURN, {"response": response}, play)
             if result is not None:
                 if result.done:
                     _finish(play, result)
                 else:
-                    play.flag("max_turns", "the task wanted another turn")
+                    play.flag(Failure.MAX_TURNS, "the task wanted another turn")
     except asyncio.CancelledError:
         raise
-    except Exception as exc:
-        play.flag("agent_error", f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a bug must not kill the rollout
+        play.flag(Failure.AGENT_ERROR, f"{type(exc).__name__}: {exc}")
     finally:
         if env is not None:
             await env.close()
-    return _result(play, reward_fn)
+    return _ended(play)

@@ -18,12 +18,24 @@ class RoleConfig:
 
 @dataclass
 class AgentConfig:
+    """How every pattern plays: its own home for these knobs (trainers and rows read them from `agent`)."""
+
     _target_: str = MISSING
-    # Model turns per episode: the trainer's `max_turns` when it has one (GRPO, Miles), else 4.
-    max_turns: int = "${oc.select:trainer.max_turns,4}"  # type: ignore[assignment]
-    max_context_tokens: int = 4096  # whole conversation; the episode ends flagged when the next turn won't fit
-    max_response_tokens: int = 512  # per model turn
+    max_turns: int = 4  # model turns per episode (all roles counted, for patterns that alternate)
+    # Whole conversation; the episode ends flagged when the next turn won't fit (null: no budget).
+    max_context_tokens: int | None = 4096
+    max_response_tokens: int | None = 512  # per model turn (null: the endpoint's default)
     model_timeout: float = 600.0  # seconds for one model reply
+
+    def __post_init__(self) -> None:
+        if int(self.max_turns) < 1:
+            raise ValueError(f"agent.max_turns must be at least 1, not {self.max_turns}")
+        for name in ("max_context_tokens", "max_response_tokens"):
+            value = getattr(self, name)
+            if value is not None and int(value) < 1:
+                raise ValueError(f"agent.{name} must be at least 1 (or null), not {value}")
+        if not float(self.model_timeout) > 0:
+            raise ValueError(f"agent.model_timeout must be positive, not {self.model_timeout}")
 
 
 @dataclass
@@ -48,6 +60,11 @@ class CoEvolutionAgentConfig(AgentConfig):
             ),
         ]
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if int(self.num_parallel) < 1:
+            raise ValueError(f"agent.num_parallel must be at least 1, not {self.num_parallel}")
 
 
 @dataclass

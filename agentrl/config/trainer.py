@@ -41,7 +41,6 @@ class GRPOTrainerConfig(TrainerConfig):
     temperature: float = 1.1
     top_p: float = 1.0
     top_k: int = 0  # 0: off
-    max_turns: int = 4  # model turns per episode
     clip_low: float = 0.2  # ratio clipped to [1 - clip_low, 1 + clip_high]
     clip_high: float = 0.2
     kl_coef: float = 0.0  # >0 adds a KL penalty to a frozen reference model
@@ -49,6 +48,8 @@ class GRPOTrainerConfig(TrainerConfig):
     micro_batch_samples: int = 8  # samples per forward/backward pass
     weight_decay: float = 0.0
     max_extra_rows: int = 16  # rows drawn beyond prompts_per_step per step to replace filtered groups
+    drop_no_signal: bool = True  # drop groups whose rewards are all equal (zero advantage)
+    max_drops_in_a_row: int = 200  # stop the run after more groups in a row were dropped as failed
     checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id>
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device (SGLang: cuda when there)
     threads: int = 0  # torch CPU threads for the GRPO loop (after the warm start); 0: torch's default
@@ -80,7 +81,6 @@ class MilesTrainerConfig(TrainerConfig):
     global_batch_size: int = 32  # must equal prompts_per_step x samples_per_prompt
     temperature: float = 1.1
     top_p: float = 1.0
-    max_turns: int = 4  # written into every row's metadata; the agent stops there
     max_response_tokens: int = 1024  # per model call (--rollout-max-response-len)
     max_seq_len: int | None = None  # whole trajectory; longer ones are truncated (null: no limit)
     eval_samples_per_prompt: int = 1
@@ -106,9 +106,11 @@ class MilesTrainerConfig(TrainerConfig):
     # turns of multi-turn tasks and of the thinker/verifier pattern.
     append_roles: list[str] = field(default_factory=lambda: ["tool", "user"])
     chat_template_path: str | None = None  # null: the family's fixed template from miles-tito-tokenizers
-    reward_hook: str = "agentrl.rewards.reward_func"  # --custom-rm-path
-    group_filter: str = "agentrl.rewards.filter_scored_groups"  # --dynamic-sampling-filter-path
+    reward_hook: str = "agentrl.trainers.miles_hooks.reward_func"  # --custom-rm-path
+    group_filter: str = "agentrl.trainers.miles_hooks.filter_scored_groups"  # --dynamic-sampling-filter-path
+    drop_no_signal: bool = True  # the group filter drops groups whose rewards are all equal, as GRPO does
     max_drops_in_a_row: int = 1000  # the group filter stops the run after more dropped groups in a row
-    agent_function: str = "agentrl.agents.tool_calling.run"  # --custom-agent-function-path
+    # The agent Miles plays (behind agentrl.trainers.miles_hooks.agent_function, which keeps its result).
+    agent_function: str = "agentrl.agents.tool_calling.run"
     save_dir: str | None = None  # null: under the run's output folder
     extra_args: list[str] = field(default_factory=list)  # passed to Miles verbatim, last

@@ -60,6 +60,28 @@ def tool_call(name: str, arguments: dict[str, Any] | str, call_id: str | None = 
 
 
 Script = Sequence[Reply | str] | Callable[[dict[str, Any], str | None], Reply | str]
+_TOOL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+
+
+def sglang_tool_parser(text: str) -> tuple[str, list[dict[str, Any]], bool]:
+    """What SGLang's `qwen25` tool-call parser makes of a model's raw text: (content, tool_calls, announced).
+
+    Each `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block becomes a call; a block whose JSON does
+    not parse is dropped without a trace, as SGLang does. The content is the text before the first block, and
+    `announced` (finish_reason "tool_calls") is True whenever a block was there, parsed or not.
+    """
+    blocks = list(_TOOL_BLOCK.finditer(text))
+    if not blocks:
+        return text, [], False
+    calls = []
+    for block in blocks:
+        try:
+            value = json.loads(block.group(1))
+        except ValueError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("name"), str):
+            calls.append(tool_call(value["name"], value.get("arguments") or {}))
+    return text[:blocks[0].start()].strip(), calls, True
 
 
 def _norm(value: Any) -> Any:
@@ -85,13 +107,17 @@ class ScriptedChat:
     `(request body, session id or None) -> Reply | str` for replies that depend on the request."""
 
     def __init__(self, script: Script, *, allowed_append_roles: Sequence[str] = ("tool", "user"),
-                 default: Reply | str | None = None) -> None:
+                 default: Reply | str | None = None,
+                 tool_parser: Callable[[str], tuple[str, list[dict[str, Any]], bool]] | None = None) -> None:
         if not callable(script) and not isinstance(script, Sequence):
             raise TypeError("script must be a list of replies or a function (body, session_id) -> Reply")
         self._script = script
         self._next = 0
         self.default = default
         self.allowed_append_roles = tuple(allowed_append_roles)
+        # With a parser, a reply's content is the model's raw text and the parser makes the tool calls (as an
+        # inference server does); without one, replies carry their tool calls ready-made.
+        self.tool_parser = tool_parser
         self.requests: list[dict[str, Any]] = []  # every chat body received, in order (session id under "_session")
         self.sessions: dict[str, dict[str, Any]] = {}
         self.deleted: list[str] = []
@@ -138,16 +164,19 @@ class ScriptedChat:
             await asyncio.sleep(reply.delay)
         if reply.status != 200:
             return JSONResponse({"error": reply.content}, status_code=reply.status)
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        content, tool_calls, announced = reply.content, reply.tool_calls, bool(reply.tool_calls)
+        if self.tool_parser is not None:
+            content, tool_calls, announced = self.tool_parser(reply.content)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
         if reply.reasoning_content is not None:
             message["reasoning_content"] = reply.reasoning_content
-        if reply.tool_calls:
-            message["tool_calls"] = reply.tool_calls
+        if tool_calls:
+            message["tool_calls"] = tool_calls
         prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else _message_tokens(messages)
         completion = reply.completion_tokens
         if completion is None:
             completion = max(1, _message_tokens([message]) - 4)
-        finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        finish = reply.finish_reason or ("tool_calls" if announced else "stop")
         response = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
             "model": "scripted", "choices": [{"index": 0, "message": message, "finish_reason": finish}],

@@ -1,12 +1,13 @@
 """`trainer=grpo`: group-relative policy optimization on one machine.
 
-Setup: the warm start (SFT, made on demand), the policy model and its optimizer, the engine + session
-server + env server (`services.py`), and on resume the checkpoint's state. Train: each step draws rows,
-plays `samples_per_prompt` rollouts of each at once, drops groups the filter rejects (flagged rollouts,
-or groups whose rewards are all equal: no signal) and draws more rows until the step is full, computes
-group-normalized advantages, takes one AdamW step per trained policy on that policy's samples and pushes its
-weights to its engine (roles may play their own models: `policies.py`). Eval before the
-first step, every `eval_every` steps and at the end (plus a greedy-decoded eval). Cleanup: the reward
+A step reads top to bottom (`_train_step`): draw rows -> play them (`RolloutRunner`: agent, reward group) ->
+filter groups (`agentrl.rewards.group_drop_reason`) -> advantages and one AdamW step per trained policy
+(`policies.step_policies`) -> push each policy's weights to its engine. The policies are one list: the shared
+`main` (from the warm start, `warm_start.py`) and a policy per role model (`policies.py`).
+
+Setup (`_setup`): the start folder, the policies and their learners, the engine + session server + env server
+(`services.py`), and on resume the checkpoint's state. Train (`fit`): evaluations before the first step, every
+`eval_every` steps and at the end (plus a greedy-decoded one). Cleanup: the final model logged, the reward
 curve PNG, and the services stopped whatever happened.
 """
 
@@ -16,6 +17,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,14 +25,15 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from agentrl.agents.base import multi_agent_metrics
+from agentrl.agents.record import Rollout
 from agentrl.devices import set_threads, train_device
-from agentrl.rewards import keep_scored_groups
+from agentrl.rewards import FAILED, FailureStreak, failure_cause, group_drop_reason
 from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.evaluate import evaluate
-from agentrl.trainers.learner import items_from
 from agentrl.trainers.plots import reward_curves
-from agentrl.trainers.policies import MAIN, load_learners, make_learner, plan_policies, step_policies
-from agentrl.trainers.rollout import Played, make_row
+from agentrl.trainers.policies import MAIN, Policy, load_learners, main_policy, plan_policies, step_policies
+from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
 from agentrl.trainers.warm_start import warm_start_path
 
@@ -54,31 +57,28 @@ class RowStream:
         return self._order[pos]
 
 
-def has_signal(group: list[Played]) -> bool:
-    """The filter: keep a group with no flagged rollout and at least two different rewards."""
-    samples = [{"metadata": {**p.metadata, "reward": p.reward}, "reward": p.reward} for p in group]
-    return keep_scored_groups(None, samples) and len({p.reward for p in group}) > 1
+def fill_step(draw: Callable[[], int], play: Callable[[list[int], int], list[list[Rollout]]], *, want: int,
+              budget: int, drop: Callable[[list[Rollout]], str | None]
+              ) -> tuple[list[list[Rollout]], list[Rollout], Counter[str], int]:
+    """Draw and play rows until `want` groups pass the filter (`drop` returns None) or `budget` rows were drawn.
 
-
-def fill_step(draw: Callable[[], int], play: Callable[[list[int], int], list[list[Played]]], *, want: int,
-              budget: int, keep: Callable[[list[Played]], bool]) -> tuple[list[list[Played]], list[Played], int, int]:
-    """Draw and play rows until `want` groups pass `keep` or `budget` rows were drawn.
-
-    Returns (kept groups, every rollout played, groups dropped, rows drawn). Each round draws only as
+    Returns (kept groups, every rollout played, dropped groups by reason, rows drawn). Each round draws only as
     many rows as groups are still missing, so a step never trains on more than `want` groups.
     """
-    kept: list[list[Played]] = []
-    seen: list[Played] = []
-    drawn = dropped = attempt = 0
+    kept: list[list[Rollout]] = []
+    seen: list[Rollout] = []
+    dropped: Counter[str] = Counter()
+    drawn = attempt = 0
     while len(kept) < want and drawn < budget:
         indices = [draw() for _ in range(min(want - len(kept), budget - drawn))]
         drawn += len(indices)
         for group in play(indices, attempt):
             seen += group
-            if keep(group):
+            reason = drop(group)
+            if reason is None:
                 kept.append(group)
             else:
-                dropped += 1
+                dropped[reason] += 1
         attempt += 1
     return kept, seen, dropped, drawn
 
@@ -90,6 +90,19 @@ def checkpoint_root(cfg: DictConfig, run_id: str | None) -> Path:
     return Path(cfg.paths.checkpoint_dir) / cfg.task_name / (run_id or "no-run")
 
 
+def rollout_metrics(seen: list[Rollout]) -> dict[str, float]:
+    """A step's rollout metrics: train reward, flagged shares by failure, invalid calls, model tokens."""
+    n = max(len(seen), 1)
+    flagged = Counter(r.failure.value for r in seen if r.failure is not None)
+    metrics = {"train/reward": sum(r.reward for r in seen) / n, "rollout/flagged": sum(flagged.values()) / n,
+               "rollout/invalid_tool_calls": sum(r.invalid_calls for r in seen) / n,
+               "rollout/model_tokens": float(sum(r.model_tokens for r in seen))}
+    metrics.update({f"rollout/flagged/{k}": v / n for k, v in flagged.items()})
+    if any(r.role != "agent" for r in seen):
+        metrics.update(multi_agent_metrics(seen))
+    return metrics
+
+
 class GRPOTrainer:
     """The built-in GRPO trainer (see the module docstring for the step)."""
 
@@ -98,9 +111,12 @@ class GRPOTrainer:
         self.t = cfg.trainer
         if int(self.t.samples_per_prompt) < 2:
             raise ValueError("trainer.samples_per_prompt must be at least 2: GRPO compares samples within a group")
-        # The shared policy plus one per distinct role model; checked here so a bad path fails before any setup.
-        self.policies = plan_policies(cfg.agent.get("roles"))
+        # One policy per distinct role model (checked here, so a bad path fails before any setup); the shared
+        # policy `main` joins them in _setup, once its start folder is known.
+        self.policies: list[Policy] = plan_policies(cfg.agent.get("roles"))
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
+        self.streak = FailureStreak(int(self.t.max_drops_in_a_row))
+        self.times: Counter[str] = Counter()  # wall seconds: warm_start, train, eval
 
     @classmethod
     def resume_run_id(cls, cfg: DictConfig) -> str | None:
@@ -112,12 +128,23 @@ class GRPOTrainer:
             return None
         return ckpt.load_state(max(found)[1]).get("run_id")
 
+    @property
+    def main(self) -> Policy:
+        return next(p for p in self.policies if p.name == MAIN)
+
+    @property
+    def learner(self) -> Any:
+        """The shared policy's learner (its model and optimizer)."""
+        return self.main.learner
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.main.tokenizer
+
     # ------------------------------------------------------------------ setup
 
     def _setup(self) -> int:
         """Build everything; returns the first step to run (1, or the step after the resumed checkpoint)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         cfg, t = self.cfg, self.t
         torch.manual_seed(int(cfg.seed))
         random.seed(int(cfg.seed))
@@ -125,37 +152,40 @@ class GRPOTrainer:
         resume_from = ckpt.latest(self.root) if t.resume else None
         if t.resume and resume_from is None:
             log.warning("trainer.resume=true but no checkpoint under %s: starting fresh", self.root)
+        started = time.monotonic()
         start_path = str(resume_from / "model") if resume_from else warm_start_path(cfg, self.plan, self.tracker)
+        self.times["warm_start"] += time.monotonic() - started
+        self.policies = [main_policy(start_path), *(p for p in self.policies if p.name != MAIN)]
         # After the warm start: SFT's large batches want every core, the rollout loop may want fewer.
         threads = set_threads(cfg)
-        self.tokenizer = AutoTokenizer.from_pretrained(start_path)
         device = train_device(cfg)
         log.info("GRPO: learner on %s, %d torch CPU threads", device, threads)
-        model = AutoModelForCausalLM.from_pretrained(start_path, dtype=torch.float32).eval().to(device)
-        self.learner = make_learner(t, model, self.tokenizer)
         for p in self.policies:  # a trained role model resumes from the checkpoint's copy
-            p.path = str(ckpt.policy_path(resume_from, p.name)) if resume_from and p.trainable else p.source
+            if resume_from and p.trainable and p.name != MAIN:
+                p.path = str(ckpt.policy_path(resume_from, p.name))
         load_learners(t, self.policies, device)
-        bundle = self.plan.bundle
-        self.rows = RowStream(bundle.splits()[cfg.env.train_split], int(cfg.seed))
+        self.rows = RowStream(self.plan.bundle.splits()[cfg.env.train_split], int(cfg.seed))
         first = 1
         if resume_from is not None:
-            state = ckpt.load_state(resume_from)
-            self.learner.optimizer.load_state_dict(state["optimizer"])
-            saved = state.get("policy_optimizers", {})
-            for p in self.policies:
-                if p.learner is not None:
-                    if p.name not in saved:
-                        raise ckpt.CheckpointError(f"checkpoint {resume_from} holds no optimizer for policy "
-                                                   f"{p.name!r} (it has {sorted(saved)}); resume with its roles")
-                    p.learner.optimizer.load_state_dict(saved[p.name])
-            self.rows.cursor = int(state["row_cursor"])
-            self.history = state.get("history", self.history)
-            ckpt.set_rng_state(state["rng"])
-            first = int(state["step"]) + 1
-            print(f"resuming from {resume_from} at step {first}", flush=True)
+            first = self._restore(resume_from)
         self.services = start_services(cfg, self.plan, start_path, self.policies)
         return first
+
+    def _restore(self, checkpoint: Path) -> int:
+        """Optimizers, data cursor, history and RNG from `checkpoint`; returns the step after it."""
+        state = ckpt.load_state(checkpoint)
+        saved = {MAIN: state["optimizer"], **state.get("policy_optimizers", {})}
+        for p in self.policies:
+            if p.learner is not None:
+                if p.name not in saved:
+                    raise ckpt.CheckpointError(f"checkpoint {checkpoint} holds no optimizer for policy "
+                                               f"{p.name!r} (it has {sorted(saved)}); resume with its roles")
+                p.learner.optimizer.load_state_dict(saved[p.name])
+        self.rows.cursor = int(state["row_cursor"])
+        self.history = state.get("history", self.history)
+        ckpt.set_rng_state(state["rng"])
+        print(f"resuming from {checkpoint} at step {int(state['step']) + 1}", flush=True)
+        return int(state["step"]) + 1
 
     # ------------------------------------------------------------------ train
 
@@ -166,81 +196,70 @@ class GRPOTrainer:
             kwargs["top_k"] = int(self.t.top_k)
         return kwargs
 
-    def _collect(self, step: int) -> tuple[list[list[Played]], dict[str, float]]:
+    def _drop(self, group: list[Rollout]) -> str | None:
+        """The group filter, and the failure streak that stops a run whose rollouts all fail."""
+        reason = group_drop_reason(group, drop_no_signal=bool(self.t.drop_no_signal))
+        self.streak.record(reason, failure_cause(group) if reason == FAILED else "")
+        return reason
+
+    def _collect(self, step: int) -> tuple[list[list[Rollout]], dict[str, float]]:
         """Play rows until `prompts_per_step` groups pass the filter (or the extra-row budget runs out)."""
         t, bundle, svc = self.t, self.plan.bundle, self.services
         want, budget = int(t.prompts_per_step), int(t.prompts_per_step) + int(t.max_extra_rows)
 
-        def play(indices: list[int], attempt: int) -> list[list[Played]]:
+        def play(indices: list[int], attempt: int) -> list[list[Rollout]]:
             rows = [make_row(bundle, self.cfg.env.train_split, i, svc.env_url, svc.env_settings) for i in indices]
             return asyncio.run(svc.runner.play_rows(rows, int(t.samples_per_prompt),
                                                     request_kwargs=self._request_kwargs(float(t.temperature)),
                                                     seed_parts=(self.cfg.seed, step, attempt)))
 
-        kept, seen, dropped, drawn = fill_step(self.rows.next, play, want=want, budget=budget, keep=has_signal)
-        flagged: dict[str, int] = {}
-        for p in seen:
-            if p.failure:
-                reason = str(p.failure).split(":")[0]
-                flagged[reason] = flagged.get(reason, 0) + 1
-        metrics = {"train/reward": sum(p.reward for p in seen) / max(len(seen), 1),
-                   "rollout/groups_dropped": float(dropped), "rollout/rows_drawn": float(drawn),
-                   "rollout/flagged": sum(flagged.values()) / max(len(seen), 1),
-                   "rollout/invalid_tool_calls": sum(p.invalid_tool_calls for p in seen) / max(len(seen), 1),
-                   "rollout/model_tokens": float(sum(p.model_tokens for p in seen))}
-        metrics.update({f"rollout/flagged/{k}": v / max(len(seen), 1) for k, v in flagged.items()})
-        if any(p.role != "agent" for p in seen):
-            from agentrl.agents.base import RolloutOutput, multi_agent_metrics
-
-            metrics.update(multi_agent_metrics(
-                RolloutOutput("", p.role, p.reward, p.metadata, str(p.group[-1])) for p in seen))
+        kept, seen, dropped, drawn = fill_step(self.rows.next, play, want=want, budget=budget, drop=self._drop)
+        metrics = rollout_metrics(seen)
+        metrics.update({"rollout/groups_dropped": float(sum(dropped.values())), "rollout/rows_drawn": float(drawn),
+                        "rollout/groups_kept": float(len(kept))})
+        metrics.update({f"rollout/groups_dropped/{k}": float(v) for k, v in dropped.items()})
         return kept, metrics
 
-    def _evaluate(self, step: int) -> dict[str, float]:
-        started = time.monotonic()
-        metrics, _ = evaluate(self.services, self.plan.bundle, self.cfg.env.eval_split, limit=self.t.eval_limit,
-                              temperature=float(self.t.temperature), top_p=float(self.t.top_p),
-                              seed_parts=(self.cfg.seed, step))
-        metrics["time/eval_s"] = time.monotonic() - started
-        self.history["eval/reward"].append((step, metrics["eval/reward"]))
-        return metrics
+    def _update(self, played: list[Rollout]) -> tuple[dict[str, float], float]:
+        """One AdamW step per trained policy on the samples it played, each pushed to its own engine.
+
+        Returns the train metrics (`train/*` for main, `train/<policy>/*` for role models) and the push seconds.
+        """
+        return step_policies(self.policies, played, self.services.policy_engines)
 
     def _train_step(self, step: int) -> dict[str, float]:
         t0 = time.monotonic()
         groups, metrics = self._collect(step)
         t1 = time.monotonic()
-        update, push_s = self._update([p for g in groups for p in g])
+        update, push_s = self._update([r for g in groups for r in g])
         metrics.update(update)
         t2 = time.monotonic() - push_s
         metrics.update({"time/generate_s": t1 - t0, "time/train_s": t2 - t1, "time/weight_push_s": push_s,
-                        "time/step_s": time.monotonic() - t0, "rollout/groups_kept": float(len(groups)),
+                        "time/step_s": time.monotonic() - t0,
                         "perf/generate_tokens_per_s": metrics["rollout/model_tokens"] / max(t1 - t0, 1e-9),
                         "perf/train_tokens_per_s": metrics.get("train/tokens", 0.0) / max(t2 - t1, 1e-9)})
         self.history["train/reward"].append((step, metrics["train/reward"]))
         return metrics
 
-    def _update(self, played: list[Played]) -> tuple[dict[str, float], float]:
-        """One AdamW step per trained policy on the samples it played, each pushed to its own engine.
-
-        Returns the train metrics (`train/*` for main, `train/<policy>/*` for role models) and the push seconds.
-        """
-        items, _ = items_from(played, policy=MAIN)
-        # No group passed the filter: no update this step, and the train metrics say so with zeros.
-        metrics = {"train/loss": 0.0, "train/kl": 0.0, "train/clip_fraction": 0.0, "train/approx_kl": 0.0,
-                   "train/grad_norm": 0.0, "train/tokens": 0.0}
-        metrics.update(self.learner.step(items))
-        push_s = self.learner.push(self.services.engine) if items else 0.0
-        # Advantages are still computed over the whole groups; each role model steps on its own samples only.
-        policy_metrics, policy_push_s = step_policies(self.policies, played, self.services.policy_engines)
-        return metrics | policy_metrics, push_s + policy_push_s
+    def _evaluate(self, step: int, *, greedy: bool = False) -> dict[str, float]:
+        started = time.monotonic()
+        metrics, _ = evaluate(self.services, self.plan.bundle, self.cfg.env.eval_split, limit=self.t.eval_limit,
+                              temperature=0.0 if greedy else float(self.t.temperature), top_p=float(self.t.top_p),
+                              seed_parts=(self.cfg.seed, step), prefix="eval_greedy" if greedy else "eval")
+        seconds = time.monotonic() - started
+        self.times["eval"] += seconds
+        if not greedy:
+            metrics["time/eval_s"] = seconds
+            self.history["eval/reward"].append((step, metrics["eval/reward"]))
+        return metrics
 
     def _save(self, step: int) -> None:
-        trained = [p for p in self.policies if p.learner is not None]
+        others = [p for p in self.policies if p.learner is not None and p.name != MAIN]
         state = {"optimizer": self.learner.optimizer.state_dict(), "row_cursor": self.rows.cursor,
                  "run_id": self.tracker.run_id, "history": self.history,
-                 "policy_optimizers": {p.name: p.learner.optimizer.state_dict() for p in trained}}
+                 "policy_optimizers": {p.name: p.learner.optimizer.state_dict() for p in others}}
         ckpt.save(self.root, step, model=self.learner.model, tokenizer=self.tokenizer, state=state,
-                  keep=int(self.t.keep_checkpoints), policies={p.name: (p.learner.model, p.tokenizer) for p in trained})
+                  keep=int(self.t.keep_checkpoints), policies={p.name: (p.learner.model, p.tokenizer) for p in others})
 
     def fit(self) -> dict[str, float]:
         """Train for `trainer.steps` steps; returns the final metrics (their `eval/reward` is the objective)."""
@@ -255,7 +274,9 @@ class GRPOTrainer:
                 self.tracker.log(self._evaluate(0), step=0)
             bar = tqdm(range(first, steps + 1), initial=first - 1, total=steps, desc="grpo", dynamic_ncols=True)
             for step in bar:
+                started = time.monotonic()
                 metrics = self._train_step(step)
+                self.times["train"] += time.monotonic() - started
                 if step == steps or (eval_every and step % eval_every == 0):
                     metrics.update(self._evaluate(step))
                 self.tracker.log(metrics, step=step)
@@ -264,18 +285,27 @@ class GRPOTrainer:
                 bar.set_postfix(reward=f"{metrics['train/reward']:.3f}",
                                 eval=f"{self.history['eval/reward'][-1][1]:.3f}")
                 final = metrics
-            greedy, _ = evaluate(self.services, self.plan.bundle, self.cfg.env.eval_split, limit=t.eval_limit,
-                                 temperature=0.0, prefix="eval_greedy")
+            greedy = self._evaluate(steps, greedy=True)
             self.tracker.log(greedy, step=steps)
             final.update(greedy)
             if "eval/reward" not in final and self.history["eval/reward"]:
                 final["eval/reward"] = self.history["eval/reward"][-1][1]
+            final.update({f"time/{k}_total_s": v for k, v in self.times.items()})
+            self._log_final_model()
         finally:
             self.services.close()
             self._plot()
         return final
 
     # ------------------------------------------------------------------ cleanup
+
+    def _log_final_model(self) -> None:
+        """The trained shared policy, as a Hugging Face folder in the run folder and a logged model in MLflow."""
+        folder = Path(self.plan.run_dir) / "final_model"
+        self.learner.model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        if hasattr(self.tracker, "log_model"):
+            self.tracker.log_model(folder)
 
     def _plot(self) -> None:
         try:

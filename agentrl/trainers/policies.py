@@ -26,10 +26,10 @@ def is_endpoint(model: str) -> bool:
 
 @dataclass
 class Policy:
-    """A role model other than the shared one: where it comes from, who plays it, and (when trained) its learner."""
+    """A model the run plays: where it comes from, who plays it, and (when trained) its learner."""
 
     name: str
-    source: str  # the role's `model`: a model folder or an endpoint URL
+    source: str  # where it starts: the run's start folder (main), a role's model folder or endpoint URL
     roles: list[str] = field(default_factory=list)
     trainable: bool = False
     path: str = ""  # where its weights load from now: `source`, or the resumed checkpoint's copy
@@ -92,6 +92,11 @@ def untrained_roles(policies: Sequence[Policy]) -> list[str]:
     return [r for p in policies if not p.trainable for r in p.roles]
 
 
+def main_policy(path: str) -> Policy:
+    """The shared policy, starting from `path`: played by every role without a model of its own, always trained."""
+    return Policy(MAIN, path, trainable=True, path=path)
+
+
 def make_learner(t: Any, model: Any, tokenizer: Any) -> Learner:
     """A `Learner` for `model` with the trainer config `t`'s optimizer and loss settings."""
     return Learner(model, lr=float(t.lr), weight_decay=float(t.weight_decay), grad_clip=float(t.grad_clip),
@@ -112,12 +117,21 @@ def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu") -> No
             p.learner = make_learner(t, model, p.tokenizer)
 
 
+# An update's metrics when a policy had nothing to train on (no group passed the filter): zeros, not gaps.
+_EMPTY_STEP = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0, "tokens": 0.0}
+
+
+def metric_prefix(policy: Policy) -> str:
+    """`train/` for the shared policy, `train/<name>/` for a role's own model."""
+    return "train/" if policy.name == MAIN else f"train/{policy.name}/"
+
+
 def step_policies(policies: Sequence[Policy], played: Sequence[Any], engines: Mapping[str, Any]
                   ) -> tuple[dict[str, float], float]:
     """One optimizer step per trainable policy on its own samples, then its weights to its own engine.
 
-    Advantages are computed over all of `played` (every role counts in its group as for `main`). Returns
-    the metrics as `train/<policy>/<metric>` (zeros for a policy without samples) and the push seconds.
+    Advantages are computed over all of `played` (every role counts in its group whichever model played it).
+    Returns the metrics under `metric_prefix(policy)` and the seconds spent pushing weights.
     """
     metrics: dict[str, float] = {}
     push_s = 0.0
@@ -125,9 +139,9 @@ def step_policies(policies: Sequence[Policy], played: Sequence[Any], engines: Ma
         if p.learner is None:
             continue
         items, _ = items_from(played, policy=p.name)
-        out = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0, "tokens": 0.0}
+        out = dict(_EMPTY_STEP)
         out.update({k.removeprefix("train/"): v for k, v in p.learner.step(items).items()})
-        metrics.update({f"train/{p.name}/{k}": v for k, v in out.items()})
+        metrics.update({f"{metric_prefix(p)}{k}": v for k, v in out.items()})
         if items:
             push_s += p.learner.push(engines[p.name])
     return metrics, push_s

@@ -14,14 +14,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentrl.trainers.policies import Policy, routing, untrained_roles
+from agentrl.trainers.policies import MAIN, Policy, routing, untrained_roles
 from agentrl.trainers.rollout import RolloutRunner
 
 log = logging.getLogger(__name__)
 
 
 def agent_for(plan_agent: Any) -> Any:
-    """The plan's agent; it must offer `play(sessions, row, *, reward_fn, request_kwargs)`."""
+    """The plan's agent; it must offer `play(sessions, row, *, request_kwargs)`."""
     if not callable(getattr(plan_agent, "play", None)):
         raise TypeError(f"the agent {type(plan_agent).__name__} has no play(); the built-in trainers need one")
     return plan_agent
@@ -37,7 +37,7 @@ class RolloutServices:
     runner: RolloutRunner
     env_settings: dict[str, Any] = field(default_factory=dict)
     _stops: list[Any] = field(default_factory=list)
-    policy_engines: dict[str, Any] = field(default_factory=dict)  # policy name -> its engine (role models)
+    policy_engines: dict[str, Any] = field(default_factory=dict)  # policy name -> its engine (main's included)
 
     def close(self) -> None:
         for stop in reversed(self._stops):
@@ -49,9 +49,9 @@ class RolloutServices:
 
 
 def start_services(cfg: DictConfig, plan: Any, model_path: str, policies: Sequence[Policy] = ()) -> RolloutServices:
-    """Start the engine on `model_path`, a session server over it, and the env server (unless env.server.url).
-
-    Every policy in `policies` that is a model folder gets its own engine (on `policy.path`) and session server.
+    """Start the engine on `model_path` (the shared policy, `main`), a session server over it, and the env server
+    (unless env.server.url). Every other policy in `policies` that is a model folder gets its own engine (on
+    `policy.path`) and session server.
     """
     from hydra.utils import instantiate
 
@@ -74,9 +74,9 @@ def start_services(cfg: DictConfig, plan: Any, model_path: str, policies: Sequen
         session_server = start_session_server(engine, host=cfg.inference.host, port=int(cfg.inference.port),
                                               default_max_tokens=int(cfg.agent.max_response_tokens))
         stops.append(session_server.stop)
-        engines, servers = {}, {}
+        engines, servers = {MAIN: engine}, {}
         for policy in policies:
-            if policy.external:
+            if policy.external or policy.name == MAIN:
                 continue
             engines[policy.name] = instantiate(cfg.inference, model_path=policy.path)
             stops.append(engines[policy.name].close)
@@ -85,7 +85,7 @@ def start_services(cfg: DictConfig, plan: Any, model_path: str, policies: Sequen
             stops.append(own.stop)
             servers[policy.name] = own.base_url
         frozen = [r.name for r in cfg.agent.get("roles", []) or [] if r.get("frozen")] + untrained_roles(policies)
-        runner = RolloutRunner(agent_for(plan.agent), session_server, reward_fn=plan.reward,
+        runner = RolloutRunner(agent_for(plan.agent), session_server, reward=plan.reward,
                                frozen_roles=frozen, **routing(policies, servers))
         settings = OmegaConf.to_container(server_cfg, resolve=True)
         return RolloutServices(engine, session_server, env_url, runner, settings, stops, engines)

@@ -30,3 +30,4 @@ def gridsim_url(gridsim_bundle) -> Iterator[str]:
 def arith_url(arith_bundle) -> Iterator[str]:
     with serve_in_background(build_app(arith_bundle, max_concurrent_envs=32, tool_timeout=10)) as url:
         yield url
+

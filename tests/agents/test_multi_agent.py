@@ -10,6 +10,7 @@ from agentrl.agents.co_evolution import CoEvolutionAgent, parse_judgment
 from agentrl.agents.thinker_verifier import ThinkerVerifierAgent, accepts
 from agentrl.rewards import Asymmetric, EnvScore
 from agentrl.testing import Reply, ScriptedChat, tool_call
+from agentrl.testing.plays import rewarded
 
 N = 3
 
@@ -50,17 +51,16 @@ async def test_co_evolution_on_arith(arith_bundle, arith_url, pick_correct, weig
     agent = CoEvolutionAgent(num_parallel=N, max_turns=2)
     with ScriptedChat(script).serve() as chat_url:
         pool = HttpSessionPool(chat_url)
-        outs = await agent.play(pool, arith_row(arith_url), reward_fn=Asymmetric(), request_kwargs={})
+        outs = await rewarded(agent.play(pool, arith_row(arith_url), request_kwargs={}), Asymmetric())
     assert len(outs) == 2 * N + 1
     assert [o.role for o in outs] == ["solver"] * N + ["rewriter"] * N + ["selector"]
-    assert [o.group for o in outs] == [o.role for o in outs]
     assert len({o.base_url for o in outs}) == 2 * N + 1 and [r for r, _ in pool.opened].count("selector") == 1
     selected = 1.0 if pick_correct else 0.0
     assert [o.reward for o in outs[:N]] == pytest.approx([1.0 * weight] * N)
     assert sorted(o.reward for o in outs[N:2 * N]) == pytest.approx(sorted([weight] + [0.0] * (N - 1)))
     assert outs[-1].reward == pytest.approx(selected * weight)
-    assert all(o.metadata["agentenv_weight"] == weight and o.metadata["role"] == o.role for o in outs)
-    assert outs[-1].metadata["agentenv_selected"] == picked["i"]
+    assert all(o.weight == weight for o in outs)
+    assert outs[-1].details["selected"] == picked["i"]
     metrics = multi_agent_metrics(outs)
     assert metrics["reward/selector"] == pytest.approx(selected * weight)
     assert metrics["multi_agent/early_termination_rate"] == 0.0 and metrics["loss_mask/role_split"] == 1.0
@@ -85,20 +85,19 @@ async def test_co_evolution_on_gridsim_grades_schedules(gridsim_bundle, gridsim_
     task = {"messages": [{"role": "system", "content": "Battery."}, {"role": "user", "content": "Prices ..."}],
             "metadata": {"url": gridsim_url, "split": "eval", "index": 4}}
     with ScriptedChat(script).serve() as chat_url:
-        outs = await agent.play(HttpSessionPool(chat_url), task, reward_fn=Asymmetric(), request_kwargs={})
-    greedy_grade = outs[0].metadata["agentenv_raw_reward"]
+        outs = await rewarded(agent.play(HttpSessionPool(chat_url), task, request_kwargs={}), Asymmetric())
+    greedy_grade = outs[0].scores["grade"]
     assert 0 < greedy_grade < 1
     assert [o.reward for o in outs] == pytest.approx([greedy_grade * 1.2] * 2 + [1.2] * 3)
-    assert [o.metadata["frozen"] for o in outs] == [False, False, True, True, False]
+    assert [o.frozen for o in outs] == [False, False, True, True, False]
     assert 0 < multi_agent_metrics(outs)["loss_mask/role_split"] < 1
 
 
 async def test_co_evolution_early_exit_weights_as_incorrect(arith_url):
     with ScriptedChat([], default=Reply(content="")).serve() as chat_url:
-        outs = await CoEvolutionAgent(num_parallel=N, max_turns=1).play(
-            HttpSessionPool(chat_url), arith_row(arith_url), reward_fn=Asymmetric(), request_kwargs={})
+        outs = await rewarded(CoEvolutionAgent(num_parallel=N, max_turns=1).play(HttpSessionPool(chat_url), arith_row(arith_url), request_kwargs={}), Asymmetric())
     assert [o.role for o in outs] == ["solver"] * N
-    assert all(o.metadata["agentenv_early_exit"] and o.metadata["agentenv_weight"] == 0.8 for o in outs)
+    assert all(o.early_exit and o.weight == 0.8 for o in outs)
     assert multi_agent_metrics(outs)["multi_agent/early_termination_rate"] == 1.0
 
 
@@ -124,11 +123,10 @@ async def test_thinker_verifier_shared_reward(arith_bundle, arith_url):
         return Reply(content=f"<final_answer>{label if tries else 5}</final_answer>")
 
     with ScriptedChat(script).serve() as chat_url:
-        outs = await ThinkerVerifierAgent(max_turns=6).play(HttpSessionPool(chat_url), arith_row(arith_url),
-                                                            reward_fn=EnvScore(), request_kwargs={})
+        outs = await rewarded(ThinkerVerifierAgent(max_turns=6).play(HttpSessionPool(chat_url), arith_row(arith_url), request_kwargs={}), EnvScore())
     assert [o.role for o in outs] == ["thinker", "verifier"] and [o.reward for o in outs] == [1.0, 1.0]
-    assert outs[0].metadata["agentenv_conversation_turns"] == 4 and outs[0].metadata["agentenv_accepted"]
-    assert outs[0].metadata["agentenv_turns"] == 2 and outs[1].metadata["agentenv_turns"] == 2
+    assert outs[0].details["conversation_turns"] == 4 and outs[0].details["accepted"]
+    assert outs[0].turns == 2 and outs[1].turns == 2
 
 
 async def test_thinker_verifier_never_accepting_scores_zero(arith_bundle, arith_url):
@@ -141,10 +139,9 @@ async def test_thinker_verifier_never_accepting_scores_zero(arith_bundle, arith_
 
     chat = ScriptedChat(script)
     with chat.serve() as chat_url:
-        outs = await ThinkerVerifierAgent(max_turns=3).play(HttpSessionPool(chat_url), arith_row(arith_url),
-                                                            reward_fn=EnvScore(), request_kwargs={})
+        outs = await rewarded(ThinkerVerifierAgent(max_turns=3).play(HttpSessionPool(chat_url), arith_row(arith_url), request_kwargs={}), EnvScore())
     assert len(chat.requests) == 3 and [o.reward for o in outs] == [0.0, 0.0]
-    assert outs[0].metadata["agentenv_early_exit"] and not accepts("I do NOT ACCEPT this") and accepts("ACCEPT")
+    assert outs[0].early_exit and not accepts("I do NOT ACCEPT this") and accepts("ACCEPT")
 
 
 @pytest.mark.parametrize("solver_answer, rewards", [("Answer: 14", [0.0, 1.0]), ("Answer: 15", [1.0, 0.0])])
@@ -156,19 +153,17 @@ async def test_adversarial_rewards_survival_and_breaking(arith_url, solver_answe
         return Reply(content=solver_answer)
 
     with ScriptedChat(script).serve() as chat_url:
-        outs = await AdversarialAgent().play(HttpSessionPool(chat_url), arith_row(arith_url),
-                                             reward_fn=EnvScore(), request_kwargs={})
+        outs = await rewarded(AdversarialAgent().play(HttpSessionPool(chat_url), arith_row(arith_url), request_kwargs={}), EnvScore())
     assert [o.role for o in outs] == ["proposer", "solver"] and [o.reward for o in outs] == rewards
-    assert outs[0].metadata["agentenv_label"] == 14
+    assert outs[0].details["label"] == 14
 
 
 async def test_adversarial_invalid_variant_counts_nothing(arith_url):
     chat = ScriptedChat([Reply(content="<problem>Hard one</problem><expression>7 / 2</expression>")])
     with chat.serve() as chat_url:
-        outs = await AdversarialAgent().play(HttpSessionPool(chat_url), arith_row(arith_url),
-                                             reward_fn=EnvScore(), request_kwargs={})
+        outs = await rewarded(AdversarialAgent().play(HttpSessionPool(chat_url), arith_row(arith_url), request_kwargs={}), EnvScore())
     assert [o.role for o in outs] == ["proposer"] and outs[0].reward == 0.0 and len(chat.requests) == 1
-    assert "not an integer" in outs[0].metadata["agentenv_invalid_reason"]
+    assert "not an integer" in outs[0].details["invalid_reason"]
 
 
 def test_variant_checks():

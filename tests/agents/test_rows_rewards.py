@@ -12,9 +12,10 @@ from agentrl.agents.base import HttpSessionPool
 from agentrl.agents.tool_calling import ToolCallingAgent, run
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.envs.server.echo import EchoBundle
-from agentrl.rewards import EnvScore, filter_scored_groups, keep_scored_groups, reward_func
+from agentrl.rewards import EnvScore
 from agentrl.rows import main, read_rows, write_rows
 from agentrl.testing import Reply, ScriptedChat, tool_call
+from agentrl.trainers.miles_hooks import filter_scored_groups, keep_scored_groups, reward_func
 
 
 def test_rows_round_trip_through_the_agent(tmp_path, capsys, monkeypatch):
@@ -37,14 +38,16 @@ def test_rows_round_trip_through_the_agent(tmp_path, capsys, monkeypatch):
         chat = ScriptedChat([Reply(content="answer-eval-1")] * 2)
         with chat.serve() as chat_url:
             [out] = await_play(ToolCallingAgent(), HttpSessionPool(chat_url), row)
-        assert out.reward == 1.0 and out.metadata["agentenv_turns"] == 2
+        assert out.reward == 1.0 and out.turns == 2
         assert chat.requests[0]["tools"] == meta["tools"] and chat.requests[0]["messages"] == row["messages"]
 
 
 def await_play(agent, pool, row):
     import asyncio
 
-    return asyncio.run(agent.play(pool, row, reward_fn=EnvScore(), request_kwargs={"temperature": 0.7}))
+    from agentrl.testing.plays import rewarded
+
+    return asyncio.run(rewarded(agent.play(pool, row, request_kwargs={"temperature": 0.7}), EnvScore()))
 
 
 def test_write_rows_api_on_gridsim(gridsim_url, tmp_path):
@@ -90,12 +93,36 @@ def test_group_filter_drops_flagged_and_unrewarded_groups():
     assert filter_scored_groups(None, good) == DynamicFilterOutput(keep=True, reason=None)
 
 
+def test_group_filter_drops_groups_without_signal_like_the_built_in_trainer(monkeypatch):
+    from agentrl.trainers import miles_hooks
+
+    monkeypatch.setattr(miles_hooks._streak, "in_a_row", 0)
+    tie = [miles_sample(1.0, reward=1.0), miles_sample(1.0, reward=1.0)]
+    assert filter_scored_groups(None, tie) == DynamicFilterOutput(keep=False, reason="no_signal")
+    monkeypatch.setenv(miles_hooks.DROP_NO_SIGNAL_ENV, "0")
+    assert filter_scored_groups(None, tie).keep
+
+
+def test_miles_loop_stops_when_no_group_ever_has_signal(monkeypatch):
+    from agentrl import rewards
+    from agentrl.trainers import miles_hooks
+
+    monkeypatch.setattr(miles_hooks._streak, "in_a_row", 0)
+    monkeypatch.setenv(miles_hooks.MAX_DROPS_ENV, "2")
+    tie = [miles_sample(0.0, reward=0.0), miles_sample(0.0, reward=0.0)]
+    filter_scored_groups(None, tie)
+    filter_scored_groups(None, tie)
+    with pytest.raises(rewards.AllGroupsFailing, match=r"3 groups in a row were dropped as no_signal"):
+        filter_scored_groups(None, tie)
+
+
 def test_group_filter_stops_a_run_whose_every_group_fails(monkeypatch):
     from agentrl import rewards
+    from agentrl.trainers import miles_hooks
 
-    monkeypatch.setitem(rewards._drops, "in_a_row", 0)
-    monkeypatch.setenv(rewards.MAX_DROPS_ENV, "3")
-    good = [miles_sample(1.0, reward=1.0)]
+    monkeypatch.setattr(miles_hooks._streak, "in_a_row", 0)
+    monkeypatch.setenv(miles_hooks.MAX_DROPS_ENV, "3")
+    good = [miles_sample(1.0, reward=1.0), miles_sample(0.0, reward=0.0)]
     flagged = [miles_sample(0.0, reward=0.0, agentenv_failure="env_error", agentenv_error="connection refused")]
     for _ in range(3):
         assert not filter_scored_groups(None, flagged).keep

@@ -13,6 +13,7 @@ from agentrl.agents.co_evolution import CoEvolutionAgent
 from agentrl.agents.thinker_verifier import ThinkerVerifierAgent
 from agentrl.agents.tool_calling import ToolCallingAgent
 from agentrl.rewards import Asymmetric, EnvScore
+from agentrl.testing.plays import rewarded
 
 pytestmark = pytest.mark.slow
 
@@ -44,13 +45,13 @@ def check(outputs, server) -> None:
     assert outputs
     for o in outputs:
         assert isinstance(o.reward, float) and math.isfinite(o.reward)
-        failure = o.metadata.get("agentenv_failure")
-        assert failure is None or failure in KNOWN_FLAGS, o.metadata.get("agentenv_error")
+        failure = o.failure
+        assert failure is None or failure in KNOWN_FLAGS, o.error
         if failure:
             assert o.reward == 0.0
-        if o.metadata.get("agentenv_turns"):
+        if o.turns:
             sid = o.base_url.rsplit("/", 1)[1]
-            assert len(server.records(sid)) == o.metadata["agentenv_turns"]
+            assert len(server.records(sid)) == o.turns
 
 
 @pytest.mark.parametrize("agent, bundle, reward_fn", [
@@ -72,7 +73,7 @@ async def test_agents_on_the_tiny_model(session_server, gridsim_url, arith_url, 
     else:
         task = row(url, "eval", 0)
     pool = HttpSessionPool(session_server.base_url)
-    outputs = await agent.play(pool, task, reward_fn=reward_fn, request_kwargs={"temperature": 1.0, "seed": 3})
+    outputs = await rewarded(agent.play(pool, task, request_kwargs={"temperature": 1.0, "seed": 3}), reward_fn)
     check(outputs, session_server)
     assert {o.base_url for o in outputs} <= {u for _, u in pool.opened}
     assert "reward/avg" in multi_agent_metrics(outputs)

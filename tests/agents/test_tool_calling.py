@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 
@@ -15,6 +16,8 @@ from agentrl.envs.server import build_app, serve_in_background, start_server_in_
 from agentrl.envs.server.echo import EchoBundle
 from agentrl.rewards import EnvScore
 from agentrl.testing import Reply, ScriptedChat, tool_call
+from agentrl.testing.plays import rewarded
+from agentrl.testing.scripted_chat import sglang_tool_parser
 
 
 def open_session(chat_url: str) -> str:
@@ -37,10 +40,10 @@ async def test_optimal_gridsim_episode_earns_one(gridsim_bundle, gridsim_url):
     with chat.serve() as chat_url:
         pool = HttpSessionPool(chat_url)
         row = {"messages": None, "metadata": {"url": gridsim_url, "split": "eval", "index": 5}}
-        [out] = await ToolCallingAgent(max_turns=4).play(pool, row, reward_fn=EnvScore(), request_kwargs={})
+        [out] = await rewarded(ToolCallingAgent(max_turns=4).play(pool, row, request_kwargs={}), EnvScore())
     assert out.reward == 1.0 and out.role == "agent"
-    assert out.metadata["agentenv_scores"] == {"grade": 1.0}
-    assert out.metadata["agentenv_tool_calls"] == 1 and "agentenv_failure" not in out.metadata
+    assert out.scores == {"grade": 1.0}
+    assert out.tool_calls == 1 and out.failure is None
     assert out.base_url == pool.opened[0][1]
     [request] = chat.requests
     assert request["_session"] == out.base_url.rsplit("/", 1)[1]
@@ -100,6 +103,36 @@ async def test_max_turns_is_enforced(gridsim_url):
     assert out["reward"] == 0.0 and out["agentenv_scores"] == {"grade": 0.0} and "agentenv_failure" not in out
 
 
+async def test_a_tool_call_block_the_parser_dropped_is_an_invalid_call(gridsim_bundle, gridsim_url):
+    # The endpoint parses tool calls from the model's text as SGLang's qwen25 parser does: a block whose JSON
+    # does not parse vanishes (no calls, empty content, finish_reason tool_calls). The agent must answer it as
+    # an invalid call and give the model its next turn, not end the episode at reward 0.
+    schedule = gridsim_bundle.row("eval", 2)["optimal_schedule"]
+    valid = json.dumps({"name": "submit_schedule", "arguments": {"schedule": schedule}})
+    chat = ScriptedChat([Reply(content='<tool_call>{"name": "submit_schedule", "arguments": {"schedule": [1, 0,'
+                                       '</tool_call>'),
+                         Reply(content="Let me fix that.<tool_call>{oops</tool_call>"),
+                         Reply(content=f"<tool_call>{valid}</tool_call>")], tool_parser=sglang_tool_parser)
+    with chat.serve() as chat_url:
+        out = await run(open_session(chat_url), None, {}, {"url": gridsim_url, "split": "eval", "index": 2})
+    assert out["reward"] == 1.0 and "agentenv_failure" not in out
+    assert out["agentenv_invalid_calls"] == 2 and out["agentenv_tool_calls"] == 1 and out["agentenv_turns"] == 3
+    told = chat.requests[1]["messages"][-1]
+    assert told["role"] == "user" and "no call could be read" in told["content"]
+    assert "no call could be read" in chat.requests[2]["messages"][-1]["content"]
+
+
+async def test_a_tool_call_block_left_in_the_text_is_an_invalid_call(gridsim_bundle, gridsim_url):
+    # An endpoint without a tool parser hands the block back as text: the same answer, the same count.
+    schedule = gridsim_bundle.row("eval", 2)["optimal_schedule"]
+    chat = ScriptedChat([Reply(content='<tool_call>{"name": "submit_schedule", "arguments": {</tool_call>'),
+                         Reply(tool_calls=[tool_call("submit_schedule", {"schedule": schedule})])])
+    with chat.serve() as chat_url:
+        out = await run(open_session(chat_url), None, {}, {"url": gridsim_url, "split": "eval", "index": 2})
+    assert out["reward"] == 1.0 and out["agentenv_invalid_calls"] == 1 and out["agentenv_turns"] == 2
+    assert "could not be parsed" in chat.requests[1]["messages"][-1]["content"]
+
+
 async def test_a_dead_env_server_is_flagged():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -107,8 +140,10 @@ async def test_a_dead_env_server_is_flagged():
     chat = ScriptedChat([Reply(content="never asked")])
     with chat.serve() as chat_url:
         out = await run(open_session(chat_url), None, {},
-                        {"url": f"http://127.0.0.1:{port}", "split": "eval", "index": 0}, reset_timeout=0.5)
-    assert out["agentenv_failure"] == "env_gone" and out["reward"] == 0.0 and not chat.requests
+                        {"url": f"http://127.0.0.1:{port}", "split": "eval", "index": 0}, connect_timeout=0.5)
+    # Nothing listens: flagged env_unreachable within connect_timeout (not reset_timeout), naming the URL.
+    assert out["agentenv_failure"] == "env_unreachable" and out["reward"] == 0.0 and not chat.requests
+    assert f"127.0.0.1:{port}" in out["agentenv_error"]
 
 
 async def test_an_env_server_dying_mid_episode_is_flagged(tmp_path):
@@ -164,10 +199,10 @@ async def test_reward_group_is_applied_and_its_error_flags(gridsim_bundle, grids
     row = {"messages": None, "metadata": {"url": gridsim_url, "split": "eval", "index": 2}}
     with chat.serve() as chat_url:
         pool = HttpSessionPool(chat_url)
-        [bad] = await ToolCallingAgent().play(pool, row, reward_fn=EnvScore(score="nope"), request_kwargs={})
-        [good] = await ToolCallingAgent().play(pool, row, reward_fn=EnvScore(score="grade"), request_kwargs={})
-    assert bad.reward == 0.0 and bad.metadata["agentenv_failure"] == "no_reward" and "nope" in \
-        bad.metadata["agentenv_error"]
+        [bad] = await rewarded(ToolCallingAgent().play(pool, row, request_kwargs={}), EnvScore(score="nope"))
+        [good] = await rewarded(ToolCallingAgent().play(pool, row, request_kwargs={}), EnvScore(score="grade"))
+    assert bad.reward == 0.0 and bad.failure == "no_reward" and "nope" in \
+        bad.error
     assert good.reward == 1.0
 
 

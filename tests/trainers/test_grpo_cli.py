@@ -104,16 +104,17 @@ def test_optuna_sweep_children_under_parent(tmp_path: Path) -> None:
 
 
 def _group(index: int, rewards: list[float], failure: str | None = None) -> list:
+    from agentrl.agents.record import Failure, Rollout
     from agentrl.inference.samples import Sample
-    from agentrl.trainers.rollout import Played
 
-    return [Played(Sample([1, 2], [0, 1], [0.0, -1.0], r), r, ("train", index, "agent"), "agent",
-                   {"metadata": {"index": index}}, failure, metadata={"agentenv_failure": failure})
+    return [Rollout(reward=r, failure=Failure(failure) if failure else None, group=("train", index, "agent"),
+                    sample=Sample([1, 2], [0, 1], [0.0, -1.0], r), row={"metadata": {"index": index}})
             for r in rewards]
 
 
 def test_filtered_groups_are_replaced_by_new_rows() -> None:
-    from agentrl.trainers.grpo import fill_step, has_signal
+    from agentrl.rewards import group_drop_reason
+    from agentrl.trainers.grpo import fill_step
 
     # Rows 0 and 2 are all-equal groups (no signal), row 3 holds a flagged rollout: all dropped and replaced.
     table = {0: [0.0, 0.0], 1: [0.0, 1.0], 2: [0.5, 0.5], 3: [1.0, 0.2], 4: [0.3, 0.9], 5: [0.1, 0.4]}
@@ -126,13 +127,16 @@ def test_filtered_groups_are_replaced_by_new_rows() -> None:
         calls.append(indices)
         return [_group(i, table[i], "env_error" if i == 3 else None) for i in indices]
 
-    kept, seen, dropped, drawn = fill_step(stream.next, play, want=3, budget=6, keep=has_signal)
+    kept, seen, dropped, drawn = fill_step(stream.next, play, want=3, budget=6, drop=group_drop_reason)
     good = [i for i in order if i in (1, 4, 5)]
     assert [g[0].group[1] for g in kept] == good
-    assert drawn == stream.cursor == len(seen) // 2 and dropped == drawn - 3
+    assert drawn == stream.cursor == len(seen) // 2 and sum(dropped.values()) == drawn - 3
+    played_rows = [i for c in calls for i in c]
+    assert dropped["failed"] == played_rows.count(3)
+    assert dropped["no_signal"] == played_rows.count(0) + played_rows.count(2)
     assert calls[0] == order[:3] and sum(map(len, calls)) == drawn  # each round draws only what is missing
     # With too small a budget the step stays short instead of looping forever.
-    kept2, _, _, drawn2 = fill_step(RowStream(6, seed=0).next, play, want=3, budget=3, keep=has_signal)
+    kept2, _, _, drawn2 = fill_step(RowStream(6, seed=0).next, play, want=3, budget=3, drop=group_drop_reason)
     assert drawn2 == 3 and len(kept2) == sum(i in (1, 4, 5) for i in order[:3])
 
 

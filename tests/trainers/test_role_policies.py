@@ -18,6 +18,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from agentrl.agents.record import Rollout
 from agentrl.config import register_configs
 from agentrl.config.locate import conf_dir
 from agentrl.inference.samples import Sample
@@ -27,7 +28,7 @@ from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.grpo import GRPOTrainer
 from agentrl.trainers.learner import items_from
 from agentrl.trainers.policies import MAIN, make_learner, plan_policies, routing, untrained_roles
-from agentrl.trainers.rollout import Played, RoutedSessionPool, make_row
+from agentrl.trainers.rollout import RoutedSessionPool, make_row
 
 SMALL = dict(vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
              max_position_embeddings=512)
@@ -70,7 +71,7 @@ def trainer(models: tuple[str, str], tmp_path: Path, *extra: str) -> GRPOTrainer
     return GRPOTrainer(cfg, plan=plan, tracker=_Tracker())
 
 
-def play_with_signal(t: GRPOTrainer) -> list[Played]:
+def play_with_signal(t: GRPOTrainer) -> list[Rollout]:
     """Real plays of two train rows, then alternating rewards within each (row, role) group."""
     svc = t.services
     rows = [make_row(t.plan.bundle, "train", i, svc.env_url, svc.env_settings) for i in (0, 1)]
@@ -91,9 +92,9 @@ def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def _played(role: str, policy: str, reward: float, row: int, *, frozen: bool = False) -> Played:
+def _played(role: str, policy: str, reward: float, row: int, *, frozen: bool = False) -> Rollout:
     sample = Sample([1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], reward)
-    return Played(sample, reward, ("train", row, role), role, {}, frozen=frozen, policy=policy)
+    return Rollout(role=role, reward=reward, group=("train", row, role), frozen=frozen, policy=policy, sample=sample)
 
 
 def test_policies_routes_and_partition(tmp_path: Path) -> None:
@@ -135,7 +136,7 @@ def test_each_model_learns_only_from_its_samples_and_resume_restores_both(models
     t = trainer(models, tmp_path)
     t._setup()
     try:
-        (verifier,) = t.policies
+        (_, verifier) = t.policies
         assert verifier.learner is not None
         played = play_with_signal(t)
         assert {(p.role, p.policy) for p in played} == {("thinker", MAIN), ("verifier", "verifier")}
@@ -164,7 +165,7 @@ def test_each_model_learns_only_from_its_samples_and_resume_restores_both(models
     again = trainer(models, tmp_path, "trainer.resume=true")
     assert again._setup() == 2
     try:
-        for old, new in ((t.learner, again.learner), (verifier.learner, again.policies[0].learner)):
+        for old, new in ((t.learner, again.learner), (verifier.learner, again.policies[1].learner)):
             assert same(weights(old.model), weights(new.model))
             a, b = old.optimizer.state_dict(), new.optimizer.state_dict()
             assert a["param_groups"] == b["param_groups"] and a["state"].keys() == b["state"].keys() != set()
@@ -178,7 +179,7 @@ def test_a_frozen_role_model_is_played_but_never_updated(models, tmp_path: Path)
     t = trainer(models, tmp_path, "agent.roles.1.frozen=true")
     t._setup()
     try:
-        (verifier,) = t.policies
+        (_, verifier) = t.policies
         assert verifier.learner is None and not verifier.trainable
         engine = t.services.policy_engines["verifier"]
         start = weights(engine.model)

@@ -1,0 +1,117 @@
+"""The one record of a rollout: what an agent played and how it went, from the agent to every trainer.
+
+Agents fill a `Rollout` per trainable sample (one per role session) and return the play's rollouts as a `Play`;
+the reward group (`agentrl.rewards.apply_rewards`) sets each rollout's `reward` and `weight`; the built-in
+trainer's runner adds the recorded tokens (`sample`), the GRPO group key and the policy. Miles never sees this
+type: its agent function returns `miles_metadata(rollout)`, the dict with the AgentEnv key names.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Failure(enum.StrEnum):
+    """Why a rollout was flagged: it scores 0 and its group is dropped from training."""
+
+    BAD_ROW = "bad_row"  # the row lacks what the agent needs (the env server's url)
+    DEPLOY = "deploy"  # the episode could not start (reset refused or timed out)
+    ENV_AUTH = "env_auth"  # the env server refused the token
+    ENV_UNREACHABLE = "env_unreachable"  # nothing listens at the env server's URL
+    ENV_GONE = "env_gone"  # the env server's connection dropped mid-episode
+    ENV_ERROR = "env_error"  # the episode's code failed
+    SANDBOX_ERROR = "sandbox_error"  # the sandbox running the episode failed
+    TOOL_TIMEOUT = "tool_timeout"  # a tool call passed its deadline
+    MODEL_TIMEOUT = "model_timeout"  # no model reply within model_timeout
+    MODEL_GONE = "model_gone"  # the model endpoint could not be reached
+    MODEL_ERROR = "model_error"  # the model endpoint answered an error or garbage
+    OVER_BUDGET = "over_budget"  # the next turn would not fit max_context_tokens
+    TRUNCATED = "truncated"  # a reply hit max_response_tokens
+    MAX_TURNS = "max_turns"  # the task wanted more turns than max_turns
+    NO_REWARD = "no_reward"  # the episode ended without the scores the reward group needs
+    NO_MODEL_TURN = "no_model_turn"  # nothing was recorded: there is nothing to train on
+    AGENT_ERROR = "agent_error"  # a bug in the agent (the message says which)
+
+    @classmethod
+    def of(cls, name: str) -> Failure:
+        """The failure an env server's `failure` name means (its own names for the same thing included)."""
+        aliases = {"reward_error": cls.NO_REWARD, "reset_timeout": cls.DEPLOY, "reset_failed": cls.DEPLOY}
+        if name in aliases:
+            return aliases[name]
+        try:
+            return cls(name)
+        except ValueError:
+            return cls.ENV_ERROR
+
+
+@dataclass
+class Rollout:
+    """One trainable sample's record: the role's session, its scores and reward, its counts, its failure."""
+
+    role: str = "agent"  # "agent" (tool_calling); solver/rewriter/selector; thinker/verifier; proposer/solver
+    base_url: str = ""  # the chat session whose recorded tokens form the sample
+    scores: dict[str, float] | None = None  # the env's named scores; None: nothing was scored (an early exit)
+    env_reward: float | None = None  # the env's own reward for the episode
+    reward: float = 0.0  # the trained reward: set by the reward group (0 when flagged)
+    weight: float = 1.0  # the reward group's factor for the play's outcome (asymmetric weighting)
+    failure: Failure | None = None
+    error: str = ""
+    turns: int = 0  # model turns
+    tool_calls: int = 0  # valid tool calls made
+    invalid_calls: int = 0  # tool calls answered as invalid (bad JSON, unparsed blocks)
+    completion_tokens: int = 0
+    context_tokens: int = 0  # the conversation's tokens as the endpoint last counted them
+    answer: str = ""
+    early_exit: bool = False  # the pattern ended before its outcome (no answer, no accept, invalid variant)
+    play_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    frozen: bool = False  # played, never trained
+    model: str | None = None  # the role's own model, when it has one
+    details: dict[str, Any] = field(default_factory=dict)  # pattern-specific facts (selected index, label, ...)
+    # Set by the built-in trainer's runner:
+    group: tuple[Any, ...] = ()  # GRPO normalizes advantages within it: (split, index, role group)
+    policy: str = "main"  # the model that played it, and the only one its sample may update
+    sample: Any = None  # agentrl.inference.samples.Sample: token ids, loss mask, rollout logprobs
+    row: dict[str, Any] = field(default_factory=dict)
+
+    def flag(self, failure: Failure, error: str) -> None:
+        """Flag the rollout (the first failure wins: later ones are its consequences)."""
+        if self.failure is None:
+            self.failure, self.error = Failure(failure), error[:1000]
+
+    @property
+    def model_tokens(self) -> int:
+        return int(sum(self.sample.loss_mask)) if self.sample is not None else 0
+
+
+@dataclass
+class Play:
+    """The rollouts one play of a row produced, and its joint outcome when the pattern has one.
+
+    `judged` patterns (co-evolution) end in one chosen answer: `outcome` holds its scores, None when the play
+    exited early. The reward group may weight every rollout of the play by that outcome.
+    """
+
+    rollouts: list[Rollout]
+    outcome: dict[str, float] | None = None
+    judged: bool = False
+
+
+def miles_metadata(rollout: Rollout) -> dict[str, Any]:
+    """The dict Miles merges into its sample's metadata (the AgentEnv guide's key names)."""
+    out: dict[str, Any] = {
+        "reward": 0.0 if rollout.failure else float(rollout.reward),
+        "agentenv_scores": dict(rollout.scores or {}),
+        "agentenv_tool_calls": rollout.tool_calls,
+        "agentenv_invalid_calls": rollout.invalid_calls,
+        "agentenv_turns": rollout.turns,
+        "agentenv_completion_tokens": rollout.completion_tokens,
+        "agentenv_context_tokens": rollout.context_tokens,
+        "agentenv_answer": rollout.answer,
+    }
+    if rollout.failure:
+        out["agentenv_failure"] = rollout.failure.value
+        out["agentenv_error"] = rollout.error
+    return out
