@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -71,6 +72,7 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, tempe
                                                        seed_parts=(*seed_parts, prefix)))
         played += [g[0] for g in groups if g]
     metrics = reward_metrics(played, prefix, getattr(bundle, "eval_breakdown", None))
-    if not quiet:
-        tqdm.write(eval_line(metrics, time.monotonic() - started, prefix=prefix, step=step))
+    if not quiet:  # above any progress bar, and at once even when stdout is a pipe
+        tqdm.write(eval_line(metrics, time.monotonic() - started, prefix=prefix, step=step), file=sys.stdout)
+        sys.stdout.flush()
     return metrics, played
