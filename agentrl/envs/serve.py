@@ -71,7 +71,9 @@ def serve(cfg: DictConfig) -> None:
         sandbox=sandbox,
         tool_timeout=cfg.tool_timeout,
         reset_timeout=cfg.reset_timeout,
-        instance_id=f"{bundle.name}-{cfg.port}",
+        # Readable only: the sandbox adds this process's pid and a random token, so a server restarted on the
+        # same port is a new owner and reaps what its killed predecessor left.
+        sandbox_name=f"{bundle.name}-{cfg.port}",
     )
     log.info("serving %s on http://%s:%s (sandbox %s)", bundle.name, cfg.host, cfg.port, sandbox["kind"])
     run_server(app, cfg.host, cfg.port, log_level=cfg.log_level)

@@ -82,19 +82,8 @@ TEST_BUNDLE = '''
 
 
 @pytest.fixture(scope="module")
-def client():
-    try:
-        c = docker.from_env(timeout=30)
-        c.ping()
-    except Exception as exc:
-        if os.environ.get("AGENTRL_REQUIRE_DOCKER") == "1":  # CI: a missing daemon is a failure, not a skip
-            pytest.fail(f"AGENTRL_REQUIRE_DOCKER=1 but no Docker daemon answers ({exc})")
-        pytest.skip(f"no Docker daemon answers ({exc}); run `bash .ci/setup_docker.sh`")
-    from agentrl.envs.sandbox.image import ensure_image
-
-    ensure_image(DEFAULT_IMAGE)  # a no-op in CI, where setup_docker.sh built it
-    yield c
-    c.close()
+def client(docker_client):
+    return docker_client
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +147,7 @@ async def test_gridsim_episode_plays_to_its_reward_in_a_locked_down_container(cl
 async def test_bundle_folder_outside_the_package_is_mounted(client, gridsim, tmp_path):
     folder = tmp_path / "my gridsim"
     shutil.copytree(gridsim.folder, folder)
-    sb = DockerSandbox({"bundle": str(folder), "prompt_style": "full"}, instance_id="odd id/with: chars")
+    sb = DockerSandbox({"bundle": str(folder), "prompt_style": "full"}, name="odd id/with: chars")
     await sb.start()
     try:
         assert await play_optimal(sb, gridsim, 0) == 1.0
@@ -295,19 +284,20 @@ async def test_containers_of_a_hard_killed_server_are_removed_by_the_next_start(
         import asyncio, sys
         from agentrl.envs.sandbox.docker import DockerSandbox
         async def main():
-            sb = DockerSandbox({"bundle": "gridsim"}, warm_pool=1, instance_id=sys.argv[1])
+            sb = DockerSandbox({"bundle": "gridsim"}, warm_pool=1)
             await sb.start()
             h = await sb.deploy("eval", 0)
             while len(sb.live_containers()) < 2:  # the pool refills in the background
                 await asyncio.sleep(0.05)
-            print("ready", flush=True)
+            print(sb.instance_id, flush=True)
             await asyncio.sleep(600)
         asyncio.run(main())
     """)
-    victim = f"victim-{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-c", script, victim], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    victim = "none yet"
     try:
-        assert proc.stdout.readline().strip() == "ready"
+        victim = proc.stdout.readline().strip()
+        assert victim.startswith(f"sandbox-{proc.pid}-"), victim
         left = client.containers.list(filters={"label": f"agentrl.instance={victim}"}, ignore_removed=True)
         assert len(left) == 2  # one playing, one warm
         proc.kill()  # SIGKILL: no shutdown, no atexit

@@ -201,7 +201,8 @@ async def test_mcp_frames(url):
 
 
 def test_http_routes(url):
-    assert httpx.get(f"{url}/health").json() == {"status": "healthy"}
+    assert httpx.get(f"{url}/health").json() == {"status": "healthy",
+                                                  "sandbox": {"status": "healthy", "kind": "local", "episodes": 0}}
     schema = httpx.get(f"{url}/schema").json()
     assert set(schema) == {"action", "observation", "state"}
     assert "tool_name" in schema["action"]["properties"]

@@ -51,3 +51,8 @@ class Sandbox(ABC):
     @abstractmethod
     async def shutdown(self) -> None:
         """Tear every live episode down, then release the sandbox's resources."""
+
+    async def health(self) -> dict[str, Any]:
+        """The sandbox's state for the server's `/health`: `status` is "healthy" or "unhealthy" (then `error`
+        says why), plus whatever helps an operator. Cheap enough to poll; never raises."""
+        return {"status": "healthy"}

@@ -5,13 +5,16 @@ The container sees only the `agentrl` package (and any bundle folder outside it)
 the bundle, connects to the socket, says hello, and answers one JSON line per request. Readiness is the hello
 itself (no polling), and a tool call is one round trip on an already-open socket.
 
-Containers carry labels so a later instance removes what a hard-killed one left behind, and only that:
-`agentrl.sandbox=1`, `agentrl.instance`, `agentrl.pid`, `agentrl.pid_start` (to spot a reused pid) and
-`agentrl.host`. Blocking Docker SDK calls run on the sandbox's own thread pool, never on the event loop.
+Each sandbox object is its own instance, `<name>-<pid>-<random>`, so a server restarted on the same port never
+shares an identity (or a container name) with the one it replaces. Containers carry labels so a later instance
+removes what a hard-killed one left behind, and only that: `agentrl.sandbox=1`, `agentrl.instance`, `agentrl.pid`,
+`agentrl.pid_start` (to spot a reused pid) and `agentrl.host`; a container whose owner process is gone is an
+orphan. Blocking Docker SDK calls run on the sandbox's own thread pool, never on the event loop; a daemon that
+does not answer turns into `DockerDaemonError` naming its socket, and `health()` reports it.
 
 This module holds the container lifecycle: mounts, start and hello, deploy, teardown, leftover cleanup. The
 episode handle is in `docker_episode.py`, the warm pool in `docker_pool.py`, and the labels, the channel and the
-blocking Docker calls in `docker_support.py`; `from agentrl.envs.sandbox.docker import ...` still finds them all.
+blocking Docker calls in `docker_support.py`.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +39,23 @@ from agentrl.envs.sandbox.base import EpisodeHandle, Sandbox, SandboxError
 from agentrl.envs.sandbox.container_agent import DEFAULT_LOADER
 from agentrl.envs.sandbox.docker_episode import DockerEpisodeHandle
 from agentrl.envs.sandbox.docker_pool import WarmPool
-
-# LABEL, owner_alive and proc_start are re-exported: they were importable from here before the split.
 from agentrl.envs.sandbox.docker_support import (
-    LABEL,  # noqa: F401
+    SOCKET_DIR_PREFIX,
+    Box,
     Channel,
+    DockerDaemonError,
     Lost,
     RemoteError,
     container_state,
+    daemon_address,
     death_reason,
-    owner_alive,  # noqa: F401
+    guarded,
+    make_socket_dir,
     owner_labels,
-    proc_start,  # noqa: F401
     remove_container,
     remove_instance,
     remove_orphans,
+    remove_stale_socket_dirs,
 )
 from agentrl.envs.sandbox.image import DEFAULT_IMAGE
 
@@ -61,24 +67,16 @@ _LINE_LIMIT = 64 << 20  # longest JSON line (a tool result) the host reads
 _PACKAGE = Path(__file__).resolve().parents[2]  # .../agentrl
 
 
-@dataclass(eq=False)
-class _Box:
-    """A started container and its open channel."""
-
-    name: str
-    channel: Channel
-    started: float = field(default_factory=time.monotonic)
-
-
 class DockerSandbox(Sandbox):
     """Deploys each episode of one bundle in its own container (see the module docstring)."""
 
     def __init__(self, bundle_spec: dict[str, Any], *, image: str = DEFAULT_IMAGE, warm_pool: int = 0,
-                 memory: str = "512m", cpus: float = 1.0, network: str = "none", instance_id: str | None = None,
+                 memory: str = "512m", cpus: float = 1.0, network: str = "none", name: str = "sandbox",
                  loader: str = DEFAULT_LOADER, deploy_timeout: float = 60.0, call_timeout: float = 600.0,
                  docker_threads: int = 32) -> None:
-        """`bundle_spec` is `Bundle.spec()` (kwargs of `load_bundle`). `loader` ('module:function' or
-        '/abs/file.py:function') builds the bundle in the container; `call_timeout` bounds one episode call."""
+        """`bundle_spec` is `Bundle.spec()` (kwargs of `load_bundle`). `name` (e.g. `gridsim-8200`) starts the
+        instance id and container names. `loader` ('module:function' or '/abs/file.py:function') builds the
+        bundle in the container; `call_timeout` bounds one episode call."""
         if not isinstance(bundle_spec, dict) or not isinstance(bundle_spec.get("bundle"), str):
             raise ValueError(f"bundle_spec must be a dict with a 'bundle' string (Bundle.spec()), got {bundle_spec!r}")
         try:
@@ -88,29 +86,33 @@ class DockerSandbox(Sandbox):
         if warm_pool < 0 or cpus <= 0 or deploy_timeout <= 0 or call_timeout <= 0 or docker_threads < 1:
             raise ValueError("warm_pool must be >= 0; cpus, deploy_timeout, call_timeout and docker_threads > 0")
         self.image, self.warm_pool, self.memory, self.cpus, self.network = image, warm_pool, memory, cpus, network
-        self.instance_id = instance_id or uuid.uuid4().hex[:12]
-        self._name_stem = re.sub(r"[^a-zA-Z0-9_.-]", "-", self.instance_id)[:48]  # Docker's name alphabet
+        # Unique per process and object: a restarted server must never take over its predecessor's identity.
+        stem = re.sub(r"[^a-zA-Z0-9_.-]", "-", name)[:32]  # Docker's name alphabet
+        self.instance_id = f"{stem}-{os.getpid()}-{secrets.token_hex(3)}"
         self.deploy_timeout, self.call_timeout, self.docker_threads = deploy_timeout, call_timeout, docker_threads
         self._mounts: dict[str, str] = {}  # host path -> container path
         self.bundle_spec = self._container_spec(bundle_spec)
         self.loader = self._container_loader(loader)
         # Unix socket paths are limited to ~107 bytes, so the folder name stays short whatever the instance id.
-        self.socket_dir = Path(tempfile.gettempdir()) / f"agentrl-sbx-{uuid.uuid5(uuid.NAMESPACE_URL, self.instance_id).hex[:12]}"
+        digest = uuid.uuid5(uuid.NAMESPACE_URL, self.instance_id).hex[:12]
+        self.socket_dir = Path(tempfile.gettempdir()) / f"{SOCKET_DIR_PREFIX}{digest}"
         self._api: Any = None
         self._executor: Any = None
         self._server: asyncio.AbstractServer | None = None
         self._pending: dict[str, asyncio.Future] = {}
-        self._boxes: dict[str, _Box] = {}  # every connected container not yet removed
+        self._boxes: dict[str, Box] = {}  # every connected container not yet removed
         self._warm = WarmPool(self, warm_pool)
         self._tasks: set[asyncio.Task] = set()
         self._seq = itertools.count()
-        self._started = self._closing = False
+        self._started = self._closing = self._pool_closed = False
+        self._health_api: Any = None
+        self._health_lock = asyncio.Lock()
+        self._health: tuple[float, dict[str, Any]] | None = None
 
-    @classmethod
-    def from_config(cls, bundle_spec: dict[str, Any], cfg: Any, **kwargs: Any) -> DockerSandbox:
-        """Build from a `DockerSandboxConfig` (agentrl.config.sandbox)."""
-        return cls(bundle_spec, image=cfg.image, warm_pool=cfg.warm_pool, memory=cfg.memory, cpus=cfg.cpus,
-                   network=cfg.network, **kwargs)
+    @property
+    def closing(self) -> bool:
+        """True once shutdown has begun."""
+        return self._closing
 
     # -- mounts -------------------------------------------------------------------------------------------
 
@@ -146,7 +148,8 @@ class DockerSandbox(Sandbox):
     # -- lifecycle ----------------------------------------------------------------------------------------
 
     async def _run(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        """Run a blocking Docker call on the pool; a daemon that does not answer raises DockerDaemonError."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, guarded, fn, *args)
 
     def _connect(self) -> Any:
         import docker
@@ -158,6 +161,8 @@ class DockerSandbox(Sandbox):
         except docker.errors.ImageNotFound:
             raise SandboxError(f"sandbox image {self.image!r} not found; build it with "
                                "`python -m agentrl.envs.sandbox.image build`") from None
+        # Health checks get their own short-timeout client: a wedged daemon must not hold /health for minutes.
+        self._health_api = docker.from_env(timeout=5, version=api.api_version).api
         return api
 
     async def start(self) -> None:
@@ -173,12 +178,11 @@ class DockerSandbox(Sandbox):
             self._executor.shutdown(wait=False)
             if isinstance(exc, SandboxError):
                 raise
-            raise SandboxError(f"no Docker daemon answers: {exc}") from exc
+            raise SandboxError(f"no Docker daemon answers at {daemon_address()}: {exc}") from exc
         removed = await self._run(self.remove_leftovers)
         if removed:
             log.info("removed %d containers left by dead sandbox instances", removed)
-        shutil.rmtree(self.socket_dir, ignore_errors=True)
-        self.socket_dir.mkdir(mode=0o700, parents=True)
+        make_socket_dir(self.socket_dir, owner_labels(self.instance_id, ""))
         sock = self.socket_dir / "host.sock"
         self._server = await asyncio.start_unix_server(self._on_connect, path=str(sock), limit=_LINE_LIMIT)
         os.chmod(sock, 0o600)  # the containers run as our uid; nobody else may talk to them
@@ -192,8 +196,28 @@ class DockerSandbox(Sandbox):
                 raise SandboxError(f"none of the {self.warm_pool} warm containers started; see the log")
 
     def remove_leftovers(self) -> int:
-        """Remove containers whose owning server is gone (blocking); returns how many were removed."""
-        return remove_orphans(self._api, self.instance_id)
+        """Remove containers (and socket folders) whose owning server is gone (blocking); returns how many
+        containers were removed."""
+        remove_stale_socket_dirs(self.socket_dir.parent)
+        return remove_orphans(self._api)
+
+    async def health(self) -> dict[str, Any]:
+        """{"status": "healthy"|"unhealthy", ...}: whether the daemon answers a ping (checked at most once a
+        second, whatever the polling rate)."""
+        async with self._health_lock:
+            if self._health is not None and time.monotonic() - self._health[0] < 1.0:
+                return self._health[1]
+            report: dict[str, Any] = {"kind": "docker", "daemon": daemon_address()}
+            if not self._started or self._closing:
+                report.update(status="unhealthy", error="the docker sandbox is not running")
+            else:
+                try:
+                    await asyncio.to_thread(guarded, self._health_api.ping)
+                    report.update(status="healthy", containers=len(self._boxes), warm_ready=self.warm_ready())
+                except Exception as exc:
+                    report.update(status="unhealthy", error=str(exc))
+            self._health = (time.monotonic(), report)
+            return report
 
     async def shutdown(self) -> None:
         """Remove every container of this instance (live episodes included), then release the thread pool."""
@@ -203,15 +227,20 @@ class DockerSandbox(Sandbox):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        await asyncio.gather(*(self._remove(b) for b in list(self._boxes.values())), return_exceptions=True)
+        await asyncio.gather(*(self.remove(b) for b in list(self._boxes.values())), return_exceptions=True)
         if self._server is not None:
             self._server.close()
         # Let container starts still in flight finish, then the label sweep removes whatever is left.
+        self._pool_closed = True
         await asyncio.to_thread(self._executor.shutdown, True)
-        await asyncio.to_thread(self._sweep)
+        try:
+            await asyncio.to_thread(guarded, self._sweep)
+        except DockerDaemonError as exc:  # nothing to do now; the next server's start removes them
+            log.warning("could not remove this sandbox's containers: %s", exc)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
         atexit.unregister(self._atexit)
         self._api.close()
+        self._health_api.close()
 
     def _sweep(self) -> None:
         remove_instance(self._api, self.instance_id)
@@ -239,14 +268,14 @@ class DockerSandbox(Sandbox):
         warm = await self._warm.assign(split, index)
         if warm is not None:
             return DockerEpisodeHandle(self, *warm)
-        box = await self._launch()
+        box = await self.launch()
         try:
             task_id = await box.channel.request("episode", split=split, index=index)
         except (Lost, RemoteError) as exc:
-            await self._remove(box)
+            await self.remove(box)
             raise SandboxError(f"deploying {split}[{index}] failed: {exc}") from None
         except BaseException:
-            await asyncio.shield(self._remove(box))
+            await asyncio.shield(self.remove(box))
             raise
         return DockerEpisodeHandle(self, box, task_id["task_id"])
 
@@ -269,13 +298,13 @@ class DockerSandbox(Sandbox):
         api.start(cid)
         return cid
 
-    async def _launch(self, warm: bool = False) -> _Box:
+    async def launch(self, warm: bool = False) -> Box:
         """Start a container and wait for its hello (the bundle is loaded then)."""
         loop = asyncio.get_running_loop()
-        name = f"agentrl-{self._name_stem}-{next(self._seq)}"
+        name = f"agentrl-{self.instance_id}-{next(self._seq)}"
         hello: asyncio.Future = loop.create_future()
         self._pending[name] = hello
-        created = loop.run_in_executor(self._executor, self._create, name, warm)
+        created = loop.run_in_executor(self._executor, guarded, self._create, name, warm)
         try:
             await asyncio.shield(created)
             deadline = time.monotonic() + self.deploy_timeout
@@ -287,7 +316,7 @@ class DockerSandbox(Sandbox):
                     break
                 state = await self._run(self._state, name)
                 if state.get("Status") not in ("created", "running"):
-                    reason = await self._death_reason(name, "it exited before it was ready")
+                    reason = await self.death_reason(name, "it exited before it was ready")
                     raise SandboxError(f"the sandbox container {name} did not start: {reason}")
                 if time.monotonic() > deadline:
                     raise SandboxError(f"the sandbox container {name} was not ready within {self.deploy_timeout:g}s")
@@ -299,15 +328,15 @@ class DockerSandbox(Sandbox):
             self._pending.pop(name, None)
             if created.done() and not isinstance(exc, asyncio.CancelledError):
                 try:
-                    await self._remove(name)
+                    await self.remove(name)
                 except Exception as rm_exc:
                     log.warning("removing failed container %s: %s", name, rm_exc)
             else:  # still in creation (a cancelled deploy): remove it once it exists
-                created.add_done_callback(lambda _f: self._remove_later(name))
+                created.add_done_callback(lambda _f: self.remove_later(name))
             if isinstance(exc, Exception) and not isinstance(exc, SandboxError):
                 raise SandboxError(f"starting a sandbox container failed: {exc}") from exc
             raise
-        box = _Box(name, Channel(reader, writer, self.call_timeout))
+        box = Box(name, Channel(reader, writer, self.call_timeout))
         self._boxes[name] = box
         return box
 
@@ -328,29 +357,36 @@ class DockerSandbox(Sandbox):
     def _state(self, name: str) -> dict[str, Any]:
         return container_state(self._api, name)
 
-    async def _death_reason(self, name: str, fallback: str) -> str:
+    async def death_reason(self, name: str, fallback: str) -> str:
+        """Why a container stopped answering: its exit code, OOM flag and last stderr lines."""
         return await self._run(death_reason, self._api, name, fallback, self.memory)
 
-    async def _remove(self, box: _Box | str) -> None:
+    async def remove(self, box: Box | str) -> None:
+        """Close a container's channel and remove the container."""
         name = box if isinstance(box, str) else box.name
         box = self._boxes.pop(name, None) or box
-        if isinstance(box, _Box):
+        if isinstance(box, Box):
             box.channel.close()
-        if self._executor._shutdown:
+        if self._pool_closed:
             return  # shutdown's label sweep removed it
         await self._run(self._remove_container, name)
 
     def _remove_container(self, name: str) -> None:
         remove_container(self._api, name)
 
-    def _remove_later(self, box: _Box | str) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        """Run `coro` as a background task; shutdown cancels it."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def remove_later(self, box: Box | str) -> None:
         """Remove a container in the background (shutdown's label sweep catches it if the pool is gone)."""
         if self._executor is None or self._closing:
             return  # shutdown's label sweep removes it
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:
             return
-        task = loop.create_task(self._remove(box))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.spawn(self.remove(box))

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentrl.envs.sandbox.base import EpisodeHandle, SandboxError
-from agentrl.envs.sandbox.docker_support import Lost, RemoteError
+from agentrl.envs.sandbox.docker_support import Box, ContainerHost, Lost, RemoteError
 from agentrl.envs.task import ToolResult, Turn
-
-if TYPE_CHECKING:
-    from agentrl.envs.sandbox.docker import DockerSandbox, _Box
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +18,7 @@ log = logging.getLogger(__name__)
 class DockerEpisodeHandle(EpisodeHandle):
     """One episode in one container. A dead container makes every call raise SandboxError."""
 
-    def __init__(self, sandbox: DockerSandbox, box: _Box, task_id: str) -> None:
+    def __init__(self, sandbox: ContainerHost, box: Box, task_id: str) -> None:
         self._sandbox, self._box, self.task_id = sandbox, box, task_id
         self.container_name = box.name
         self._closed = False
@@ -30,7 +27,7 @@ class DockerEpisodeHandle(EpisodeHandle):
     async def _call(self, op: str, **kwargs: Any) -> Any:
         if self._closed:
             raise SandboxError(f"episode {self.task_id!r} was closed")
-        if self._sandbox._closing:
+        if self._sandbox.closing:
             raise SandboxError("the docker sandbox shut down")
         if self._dead:
             raise SandboxError(self._dead)
@@ -39,18 +36,18 @@ class DockerEpisodeHandle(EpisodeHandle):
         except asyncio.CancelledError:  # e.g. the server's tool timeout: this container cannot be trusted now
             if not self._closed and self._box.channel.lost:
                 self._dead = f"the episode's container died: {self._box.channel.lost} (killed)"
-                self._sandbox._remove_later(self._box)
+                self._sandbox.remove_later(self._box)
             raise
         except Lost as exc:
             if self._closed:
                 raise SandboxError(f"episode {self.task_id!r} was closed") from None
             try:
                 reason = (f"{exc} (killed)" if exc.still_running
-                          else await self._sandbox._death_reason(self._box.name, str(exc)))
+                          else await self._sandbox.death_reason(self._box.name, str(exc)))
             except Exception:  # the sandbox is shutting down under us
                 reason = str(exc)
             self._dead = f"the episode's container died: {reason}"
-            self._sandbox._remove_later(self._box)
+            self._sandbox.remove_later(self._box)
             raise SandboxError(self._dead) from None
         except RemoteError as exc:
             raise SandboxError(f"episode {self.task_id!r} raised in its container: {exc}") from None
@@ -76,6 +73,6 @@ class DockerEpisodeHandle(EpisodeHandle):
             return
         self._closed = True
         try:
-            await self._sandbox._remove(self._box)
+            await self._sandbox.remove(self._box)
         except Exception:  # close never raises; shutdown's sweep by label catches anything left
             log.exception("removing container %s failed", self._box.name)

@@ -1,8 +1,8 @@
 """The Docker sandbox's warm pool: containers started ahead of time, their bundle already loaded, each waiting to
 be given one episode. A deploy that finds one skips the container start and the bundle load.
 
-The pool belongs to one `DockerSandbox` and starts and removes containers through it; its warming tasks live in
-the sandbox's task set so that shutdown cancels them with everything else.
+The pool belongs to one sandbox (a `ContainerHost`) and starts and removes containers through it; its warming
+tasks are the sandbox's background tasks, so shutdown cancels them with everything else.
 """
 
 from __future__ import annotations
@@ -10,13 +10,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING
 
 from agentrl.envs.sandbox.base import SandboxError
-from agentrl.envs.sandbox.docker_support import Lost, RemoteError
-
-if TYPE_CHECKING:
-    from agentrl.envs.sandbox.docker import DockerSandbox, _Box
+from agentrl.envs.sandbox.docker_support import Box, ContainerHost, Lost, RemoteError
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +20,10 @@ log = logging.getLogger(__name__)
 class WarmPool:
     """Keeps up to `size` fresh containers of `sandbox` ready."""
 
-    def __init__(self, sandbox: DockerSandbox, size: int) -> None:
+    def __init__(self, sandbox: ContainerHost, size: int) -> None:
         self._sandbox, self.size = sandbox, size
-        self._ready: collections.deque[_Box] = collections.deque()
-        self._warming = 0
+        self._ready: collections.deque[Box] = collections.deque()
+        self._warming: set[asyncio.Task] = set()
 
     def __len__(self) -> int:
         return len(self._ready)
@@ -35,30 +31,29 @@ class WarmPool:
     async def fill(self) -> None:
         """Start the whole pool and wait until each container is ready or has failed."""
         self.refill()
-        await asyncio.gather(*list(self._sandbox._tasks), return_exceptions=True)
+        await asyncio.gather(*list(self._warming), return_exceptions=True)
 
     def refill(self) -> None:
         """Start containers in the background until ready plus warming reaches `size`."""
-        sandbox = self._sandbox
-        while not sandbox._closing and len(self._ready) + self._warming < self.size:
-            self._warming += 1
-            task = asyncio.get_running_loop().create_task(self._warm_one())
-            sandbox._tasks.add(task)
-            task.add_done_callback(sandbox._tasks.discard)
+        while not self._sandbox.closing and len(self._ready) + len(self._warming) < self.size:
+            task = self._sandbox.spawn(self._warm_one())
+            self._warming.add(task)
+            task.add_done_callback(self._warming.discard)
 
     async def _warm_one(self) -> None:
         try:
-            box = await self._sandbox._launch(warm=True)
-            if self._sandbox._closing:
-                await self._sandbox._remove(box)
+            box = await self._sandbox.launch(warm=True)
+            if self._sandbox.closing:
+                await self._sandbox.remove(box)
             else:
                 self._ready.append(box)
         except Exception as exc:  # the next deploy starts a cold container and tries to refill again
             log.warning("starting a warm container failed: %s", exc)
         finally:
-            self._warming -= 1
+            # Counted out now, not when the task is done, so a refill right after sees the box as ready only.
+            self._warming.discard(asyncio.current_task())  # type: ignore[arg-type]
 
-    async def assign(self, split: str, index: int) -> tuple[_Box, str] | None:
+    async def assign(self, split: str, index: int) -> tuple[Box, str] | None:
         """Give task `index` of `split` to a ready container: (its box, the task id), or None when none is left."""
         while self._ready:
             box = self._ready.popleft()
@@ -66,13 +61,13 @@ class WarmPool:
             try:
                 task_id = await box.channel.request("episode", split=split, index=index)
             except Lost:
-                self._sandbox._remove_later(box)  # died while waiting; try the next one
+                self._sandbox.remove_later(box)  # died while waiting; try the next one
                 continue
             except RemoteError as exc:
                 self._ready.appendleft(box)  # no episode was made: the container is still fresh
                 raise SandboxError(f"deploying {split}[{index}] failed: {exc}") from None
             except BaseException:  # cancelled mid-assignment: the channel is no longer trustworthy
-                self._sandbox._remove_later(box)
+                self._sandbox.remove_later(box)
                 raise
             return box, task_id["task_id"]
         return None

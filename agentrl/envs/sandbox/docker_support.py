@@ -1,8 +1,10 @@
-"""Host-side plumbing of the Docker sandbox: who owns a container (labels), the JSON-lines channel, and the
-blocking Docker API calls the sandbox runs on its thread pool.
+"""Host-side plumbing of the Docker sandbox: who owns a container (labels), the JSON-lines channel, what the
+episode handle and warm pool need from the sandbox (`ContainerHost`), and the blocking Docker API calls the
+sandbox runs on its thread pool.
 
 The wire itself (one JSON object per line, `{"op": ...}` in, `{"ok": ..., "result"|"error": ...}` out) is described
-in `container_agent.py`, the other end.
+in `container_agent.py`, the other end. Imports go one way: `docker.py` -> `docker_episode.py`, `docker_pool.py`
+-> this module.
 """
 
 from __future__ import annotations
@@ -11,9 +13,16 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import socket
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+from agentrl.envs.sandbox.base import SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -21,17 +30,27 @@ LABEL = "agentrl.sandbox"
 
 
 def proc_start(pid: int) -> str | None:
-    """The start time of process `pid` (clock ticks since boot), or None when no such process exists."""
+    """The start time of process `pid` (clock ticks since boot), or None when no such process exists. Without
+    /proc (not Linux) the start time is unknown: "" for a live process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return None
+        if Path("/proc/self/stat").exists():
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # alive, someone else's
+        return ""
     return stat.rsplit(")", 1)[1].split()[19]
 
 
 def owner_alive(labels: dict[str, str], hostname: str | None = None) -> bool:
-    """Whether the server that labelled a container may still be running. Containers made on another host
-    (or with unreadable labels) count as alive: we cannot tell, so we never touch them."""
+    """Whether the server that labelled a container (or socket folder) may still be running: its pid is alive
+    and started when the label says. Made on another host, or with unreadable labels: counted alive, since we
+    cannot tell, so we never touch it."""
     if labels.get("agentrl.host") != (hostname or socket.gethostname()):
         return True
     try:
@@ -41,7 +60,7 @@ def owner_alive(labels: dict[str, str], hostname: str | None = None) -> bool:
     start = proc_start(pid)
     if start is None:
         return False
-    return labels.get("agentrl.pid_start") in (None, start)
+    return labels.get("agentrl.pid_start") in (None, "", start) or start == ""
 
 
 def owner_labels(instance_id: str, bundle: str) -> dict[str, str]:
@@ -50,6 +69,43 @@ def owner_labels(instance_id: str, bundle: str) -> dict[str, str]:
     return {LABEL: "1", "agentrl.instance": instance_id, "agentrl.pid": str(pid),
             "agentrl.pid_start": proc_start(pid) or "", "agentrl.host": socket.gethostname(),
             "agentrl.bundle": bundle}
+
+
+# -- the Docker daemon's address, and errors that mean it does not answer -----------------------------------------
+
+
+def daemon_address() -> str:
+    """Where the Docker SDK looks for the daemon (DOCKER_HOST, else the default unix socket)."""
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+class DockerDaemonError(SandboxError):
+    """The Docker daemon does not answer (stopped, or the socket points nowhere)."""
+
+
+def daemon_down(exc: BaseException) -> bool:
+    """Whether `exc` says the daemon did not answer at all (not that it refused a request)."""
+    import requests
+
+    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+        return True
+    import docker
+
+    # docker.from_env() wraps the first failed request: "Error while fetching server API version: (...)".
+    return isinstance(exc, docker.errors.DockerException) and "Connection aborted" in str(exc)
+
+
+R = TypeVar("R")
+
+
+def guarded(fn: Callable[..., R], *args: Any) -> R:
+    """Call the blocking Docker function `fn`; a daemon that does not answer becomes DockerDaemonError."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        if daemon_down(exc):
+            raise DockerDaemonError(f"the Docker daemon does not answer at {daemon_address()} ({exc})") from None
+        raise
 
 
 class Lost(Exception):
@@ -108,6 +164,38 @@ class Channel:
         self.writer.close()
 
 
+@dataclass(eq=False)
+class Box:
+    """A started container and its open channel."""
+
+    name: str
+    channel: Channel
+    started: float = field(default_factory=time.monotonic)
+
+
+class ContainerHost(Protocol):
+    """What an episode handle and the warm pool need from the sandbox that owns their containers."""
+
+    @property
+    def closing(self) -> bool:
+        """True once the sandbox is shutting down."""
+
+    async def launch(self, warm: bool = False) -> Box:
+        """Start a container and wait until its bundle is loaded."""
+
+    async def remove(self, box: Box | str) -> None:
+        """Close the container's channel and remove it."""
+
+    def remove_later(self, box: Box | str) -> None:
+        """Remove the container in the background."""
+
+    async def death_reason(self, name: str, fallback: str) -> str:
+        """Why the container stopped answering (exit code, OOM, stderr tail)."""
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        """Run `coro` as a background task that shutdown cancels."""
+
+
 # -- blocking Docker API helpers (run on the sandbox's thread pool) ---------------------------------------------
 
 
@@ -156,12 +244,12 @@ def remove_container(api: Any, name: str) -> None:
             raise
 
 
-def remove_orphans(api: Any, instance_id: str) -> int:
-    """Remove sandbox containers whose owning server is gone, sparing `instance_id`'s; returns how many."""
+def remove_orphans(api: Any) -> int:
+    """Remove sandbox containers whose owning server is gone (by pid, its start time and host); returns how
+    many. A server restarted on the same port is a new owner, so its predecessor's containers go too."""
     removed = 0
     for c in api.containers(all=True, filters={"label": f"{LABEL}=1"}):
-        labels = c.get("Labels") or {}
-        if labels.get("agentrl.instance") == instance_id or owner_alive(labels):
+        if owner_alive(c.get("Labels") or {}):
             continue
         try:
             api.remove_container(c["Id"], force=True)
@@ -178,3 +266,30 @@ def remove_instance(api: Any, instance_id: str) -> None:
             api.remove_container(c["Id"], force=True)
         except Exception as exc:
             log.debug("sweep could not remove %s: %s", c["Id"][:12], exc)
+
+
+# -- socket folders ------------------------------------------------------------------------------------------------
+
+SOCKET_DIR_PREFIX = "agentrl-sbx-"
+_OWNER_FILE = "owner.json"
+
+
+def make_socket_dir(path: Path, labels: dict[str, str]) -> None:
+    """Create the sandbox's private socket folder, recording its owner so a later sweep can tell it is stale."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(mode=0o700, parents=True)
+    (path / _OWNER_FILE).write_text(json.dumps(labels))
+
+
+def remove_stale_socket_dirs(root: Path | None = None) -> int:
+    """Remove socket folders whose owning server is gone (a hard-killed server leaves its folder)."""
+    removed = 0
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{SOCKET_DIR_PREFIX}*"):
+        try:
+            labels = json.loads((folder / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours to judge (no owner recorded, or someone else's)
+        if isinstance(labels, dict) and not owner_alive(labels):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    return removed

@@ -201,6 +201,9 @@ class LocalSandbox(Sandbox):
         """How many episodes are deployed and not yet closed."""
         return len(self._live)
 
+    async def health(self) -> dict[str, Any]:
+        return {"status": "healthy", "kind": "local", "episodes": len(self._live)}
+
     async def shutdown(self) -> None:
         for handle in list(self._live):
             await handle.close()

@@ -7,11 +7,11 @@ import contextlib
 import dataclasses
 import hmac
 import logging
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, WebSocket
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -62,10 +62,9 @@ def _field(config: Any, name: str, default: Any) -> Any:
     return getattr(config, name, default)
 
 
-def make_sandbox(
-    sandbox: str | Sandbox | Any, bundle: Bundle, *, workers: int, instance_id: str | None = None
-) -> Sandbox:
-    """A Sandbox from "local", "docker", a Sandbox instance, or a config (dict or object) with `kind`."""
+def make_sandbox(sandbox: str | Sandbox | Any, bundle: Bundle, *, workers: int, name: str | None = None) -> Sandbox:
+    """A Sandbox from "local", "docker", a Sandbox instance, or a config (dict or object) with `kind`.
+    `name` (default: the bundle's) starts a Docker sandbox's instance id, which is unique per process anyway."""
     if isinstance(sandbox, Sandbox):
         return sandbox
     config: Any = {"kind": sandbox} if isinstance(sandbox, str) else sandbox
@@ -81,8 +80,7 @@ def make_sandbox(
         defaults = DockerSandboxConfig()
         opts = {f.name: _field(config, f.name, getattr(defaults, f.name)) for f in dataclasses.fields(defaults)}
         opts.pop("kind")
-        instance = _field(config, "instance_id", None) or instance_id or f"{bundle.name}-{uuid.uuid4().hex[:8]}"
-        return DockerSandbox(bundle.spec(), instance_id=instance, **opts)
+        return DockerSandbox(bundle.spec(), name=name or bundle.name, **opts)
     raise ValueError(f"sandbox must be 'local', 'docker', a Sandbox or a config with kind local/docker, not {sandbox!r}")
 
 
@@ -95,13 +93,14 @@ def build_app(
     sandbox: str | Sandbox | Any = "local",
     tool_timeout: float = 60,
     reset_timeout: float = 600,
-    instance_id: str | None = None,
+    sandbox_name: str | None = None,
 ) -> FastAPI:
     """A FastAPI app serving `bundle` over the OpenEnv protocol.
 
     `reward`: None (the episode's one score), a score name, or a callable(scores) -> float.
     `sandbox`: "local", "docker", a Sandbox instance, or a sandbox config (dict/object) with `kind`.
     `token`: when set, every request but `GET /health` needs `Authorization: Bearer <token>`.
+    `sandbox_name`: a readable name for the sandbox's containers (e.g. `gridsim-8200`).
     """
     if max_concurrent_envs < 1:
         raise ValueError(f"max_concurrent_envs must be at least 1, not {max_concurrent_envs}")
@@ -114,7 +113,7 @@ def build_app(
         raise ValueError(f"bundle {bundle.name!r} names a split 'all'; the server adds that split itself")
     served = Served(
         bundle=bundle,
-        sandbox=make_sandbox(sandbox, bundle, workers=min(max_concurrent_envs, 32), instance_id=instance_id),
+        sandbox=make_sandbox(sandbox, bundle, workers=min(max_concurrent_envs, 32), name=sandbox_name),
         reward=make_reward(reward),
         tool_timeout=float(tool_timeout),
         reset_timeout=float(reset_timeout),
@@ -137,9 +136,17 @@ def build_app(
     if token is not None:
         app.add_middleware(BearerAuth, token=token)
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "healthy"}
+    @app.get("/health", responses={503: {"description": "the sandbox cannot deploy episodes"}})
+    async def health() -> JSONResponse:
+        """`{"status": "healthy"|"unhealthy", "sandbox": {...}}`; 503 when the sandbox cannot deploy episodes
+        (e.g. the Docker daemon does not answer), so a poller that waits for 200 waits for a working server."""
+        try:
+            state = await served.sandbox.health()
+        except Exception as exc:  # a sandbox's health() should not raise; report it rather than answer 500
+            state = {"status": "unhealthy", "error": f"{type(exc).__name__}: {exc}"}
+        healthy = state.get("status") == "healthy"
+        body = {"status": "healthy" if healthy else "unhealthy", "sandbox": state}
+        return JSONResponse(body, status_code=200 if healthy else 503)
 
     @app.get("/schema")
     async def schema() -> dict[str, Any]:
