@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentrl.answers import answers_match, extract_answer, verify_answer
 from agentrl.envs.bundles import FolderBundle, read_jsonl
 from agentrl.envs.task import Episode, TaskInfo, ToolResult, Turn
-
-from .verify import answers_match, extract_answer, verify_answer
 
 TEACHERS = ("optimal", "label")  # both answer with the label
 SYSTEM_PROMPT = "You are a careful mathematician. Reason step by step and state one final answer."
