@@ -28,10 +28,16 @@ def atomic_dir(target: str | Path, tag: str = "tmp") -> Iterator[Path]:
     try:
         yield tmp
         old = target.with_name(f".{target.name}.old")
-        if target.exists():
+        moved = target.exists()
+        if moved:
             shutil.rmtree(old, ignore_errors=True)
             os.rename(target, old)
-        os.rename(tmp, target)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if moved:  # put the previous folder back: a failed replace must leave what was there
+                os.rename(old, target)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -30,3 +30,23 @@ def test_a_failure_leaves_the_old_folder_and_no_temporary(tmp_path: Path) -> Non
         raise OSError("disk full")
     assert sorted(p.name for p in target.iterdir()) == ["a.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_a_failed_rename_puts_the_old_folder_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    target = tmp_path / "model"
+    with atomic_dir(target) as tmp:
+        (tmp / "a.txt").write_text("one")
+    real_rename = os.rename
+
+    def rename(src, dst):  # the move aside works; the move into place fails
+        if Path(src).name.startswith(".model.tmp-"):
+            raise OSError("cross-device link")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError, match="cross-device"), atomic_dir(target) as tmp:
+        (tmp / "b.txt").write_text("two")
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
