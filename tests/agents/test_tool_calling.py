@@ -18,20 +18,12 @@ from agentrl.rewards import EnvScore
 from agentrl.testing import Reply, ScriptedChat, tool_call
 from agentrl.testing.plays import rewarded
 from agentrl.testing.scripted_chat import sglang_tool_parser
+from agentrl.testing.wait import wait_until
 
 
 def open_session(chat_url: str) -> str:
     sid = httpx.post(f"{chat_url}/sessions", trust_env=False).json()["session_id"]
     return f"{chat_url}/sessions/{sid}"
-
-
-def wait_until(predicate, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 async def test_optimal_gridsim_episode_earns_one(gridsim_bundle, gridsim_url):

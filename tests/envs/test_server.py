@@ -19,6 +19,7 @@ from agentrl.envs.sandbox.base import EpisodeHandle, SandboxError
 from agentrl.envs.sandbox.local import LocalSandbox
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.envs.server.echo import EchoBundle
+from agentrl.testing.wait import wait_until
 
 
 def ws_of(url: str) -> str:
@@ -40,15 +41,6 @@ def call(name: str, **arguments) -> dict:
 
 def markers(folder: Path) -> list[Path]:
     return sorted(folder.glob("closed-*"))
-
-
-def wait_for(predicate, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 @pytest.fixture(scope="module")
@@ -318,7 +310,7 @@ def test_tool_timeout_ends_the_episode_and_does_not_stall_others(tmp_path):
 
         asyncio.run(scenario())
         # The timed-out episode is closed once its stuck call returns (never from two threads at once).
-        assert wait_for(lambda: any("echo-eval-0" in p.name for p in markers(tmp_path)), 30)
+        assert wait_until(lambda: any("echo-eval-0" in p.name for p in markers(tmp_path)), 30)
 
 
 def test_reset_timeout_and_failed_deploy():
@@ -373,7 +365,7 @@ def test_teardown_on_reset_disconnect_and_shutdown(tmp_path):
                 await ask(ws, reset("eval", 1))  # a reset tears the live episode down first
                 assert [p.name.split("-")[2] for p in markers(tmp_path)] == ["eval"]
             # Disconnecting without `close` tears the episode down too.
-            assert await asyncio.to_thread(wait_for, lambda: len(markers(tmp_path)) == 2)
+            assert await asyncio.to_thread(wait_until, lambda: len(markers(tmp_path)) == 2)
             for i in range(3):  # live episodes at shutdown
                 ws = await connect(ws_of(url))
                 await ask(ws, reset("train", i))
