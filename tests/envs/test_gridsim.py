@@ -98,7 +98,7 @@ def test_a_money_losing_schedule_scores_below_idle_by_the_formula(bundle):
     assert ep.scores()["grade"] == pytest.approx(expected, abs=1e-6) and expected < 0.2
 
 
-# --- feedback rules (spec §4.11) -----------------------------------------------------------------------
+# --- feedback rules: what the tool tells a schedule that breaks the battery ----------------------------
 
 
 def test_storage_feedback_lists_hours_levels_and_trace(bundle):

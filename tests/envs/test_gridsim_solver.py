@@ -22,7 +22,7 @@ from agentrl.envs.gridsim.battery import (
 )
 from agentrl.envs.gridsim.tasks import EVAL_DURATIONS, make_task, split_dates
 
-# The spec's worked example (§4.9): 2024-02-08, LZ_CPS, 100 MW / 4 h, 85%.
+# A worked example: ERCOT LZ_CPS on 2024-02-08 (hourly $/MWh), a 100 MW / 4 h battery at 85% round trip.
 EXAMPLE_PRICES = [19.18, 17.92, 17.54, 18.42, 17.67, 17.38, 17.83, 23.31, 40.32, 37.60, 17.52, 11.43,
                   9.09, 9.20, 10.12, 12.05, 14.57, 16.70, 19.33, 28.51, 28.67, 21.16, 19.20, 18.93]
 
