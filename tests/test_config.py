@@ -111,6 +111,36 @@ def test_unknown_top_level_key_is_refused():
         compose("config", overrides=["sead=1"])
 
 
+@pytest.mark.parametrize(("override", "full_key", "schema"), [
+    ("+trainer.lrr=1", "trainer.lrr", "GRPOTrainerConfig"),
+    ("+trainer.warm_start.stepz=3", "trainer.warm_start.stepz", "WarmStartConfig"),
+    ("++env.promt_style=full", "env.promt_style", "GridSimEnvConfig"),
+    ("+sead=1", "sead", "RunConfig"),
+])
+def test_appended_key_on_a_typed_config_is_refused_naming_it(override: str, full_key: str, schema: str):
+    """Hydra's `+`/`++` use OmegaConf's force_add, which bypasses struct mode; the typed check still refuses."""
+    with pytest.raises(ConfigCompositionException) as err:
+        compose("config", overrides=["+recipe=gridsim_grpo", override])
+    assert f"Key '{full_key.rpartition('.')[2]}' not in '{schema}' full_key: {full_key}" in str(err.value)
+
+
+def test_appending_to_an_untyped_value_still_works():
+    """Keys of plain-dict values (not schemas) stay open: only typed nodes are checked."""
+    from agentrl.config.validate import added_keys
+
+    cfg = compose("config", overrides=["+recipe=gridsim_grpo"])
+    assert added_keys(cfg) == []
+    cfg = compose("config", overrides=["+recipe=gridsim_grpo", "+hydra.job.env_set.FOO=1"],
+                  return_hydra_config=True)
+    assert cfg.hydra.job.env_set.FOO == "1"
+
+
+def test_every_recipe_describes_itself():
+    for recipe in recipe_names():
+        cfg = compose("config", overrides=[f"+recipe={recipe}"])
+        assert isinstance(cfg.description, str) and len(cfg.description) > 40, recipe
+
+
 def test_defaults_are_the_embedded_cpu_stack():
     cfg = compose("config", return_hydra_config=True)
     choices = cfg.hydra.runtime.choices

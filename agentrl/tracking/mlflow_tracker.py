@@ -273,31 +273,47 @@ class MLflowTracker:
     def log_model(self, model_dir: str | Path, name: str = "model") -> str | None:
         """Log a saved Hugging Face folder (weights, config, tokenizer) as this run's model, transformers flavor.
 
-        Returns the logged model's id. A missing optional dependency of MLflow's transformers flavor, or a
-        folder it cannot read, warns and returns None: the run itself must not fail at its very end over this.
+        The model appears under the run's "Logged models" and in its experiment, its files beside the run's
+        artifacts. Returns the logged model's id. A missing optional dependency of MLflow's transformers flavor,
+        or a folder it cannot read, warns and returns None: a run must not fail at its very end over this.
         """
-        model_dir = Path(model_dir)
-        if self.run_id is None:
+        if self.run_id is None or self.experiment_id is None:
             raise RuntimeError("log_model before start()")
+        model_dir = Path(model_dir)
         try:
             import mlflow
             import mlflow.transformers
+            import torch
+            import transformers
+            from mlflow.entities import LoggedModelStatus
             from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+            from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as err:
-            log.warning("model not logged to MLflow: the transformers flavor needs %s (pip install it)", err.name)
+            log.warning("model not logged to MLflow: its transformers flavor needs %s (pip install it)", err.name)
             return None
+        # Made here, in this run's experiment: the fluent API would put it in the process's active experiment.
+        logged = self.client.create_logged_model(
+            self.experiment_id, name=name, source_run_id=self.run_id,
+            tags={"agentrl.model_dir": str(model_dir)[:_TAG_VALUE_CHARS]})
         try:
+            # Objects, not the folder's path: MLflow 3.17's checkpoint-path route fails with transformers 5.
+            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+            # Stated requirements: MLflow would otherwise infer them by loading the model in a subprocess.
+            requirements = [f"torch=={torch.__version__.split('+')[0]}", f"transformers=={transformers.__version__}"]
             # The fluent API reads the process-wide tracking URI; point it at this run's store only meanwhile.
             with _use_tracking_uri(self.tracking_uri):
-                info = mlflow.transformers.log_model(
-                    transformers_model=str(model_dir), name=name, task="text-generation", run_id=self.run_id)
+                mlflow.transformers.log_model(
+                    {"model": model, "tokenizer": tokenizer}, name=name, task="text-generation",
+                    run_id=self.run_id, model_id=logged.model_id, pip_requirements=requirements)
         except ImportError as err:
-            log.warning("model not logged to MLflow: the transformers flavor needs %s (pip install it)", err.name)
-            return None
-        except (OSError, ValueError, mlflow.exceptions.MlflowException) as err:
-            log.warning("model %s not logged to MLflow: %s", model_dir, err)
-            return None
-        return info.model_id
+            log.warning("model not logged to MLflow: its transformers flavor needs %s (pip install it)", err.name)
+        except (OSError, ValueError, TypeError, mlflow.exceptions.MlflowException) as err:
+            log.warning("model %s not logged to MLflow: %s: %s", model_dir, type(err).__name__, err)
+        else:
+            return logged.model_id
+        self.client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
+        return None
 
     def url(self) -> str | None:
         """The run page in the MLflow UI (the default `mlflow ui` address for a local store)."""

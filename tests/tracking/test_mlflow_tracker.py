@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 from pathlib import Path
 
+import pytest
+from mlflow.entities import LoggedModelStatus
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from agentrl.tracking.mlflow_tracker import MLflowTracker, flatten_params
+from agentrl.run import closing_block
+from agentrl.tracking.mlflow_tracker import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    DatasetRef,
+    MLflowTracker,
+    artifact_root,
+    flatten_params,
+)
 
 
 def _cfg():
@@ -49,3 +61,138 @@ def test_params_tags_metrics_and_resume_without_duplicates(tmp_path: Path):
 def test_flatten_params_nested_and_empty():
     flat = flatten_params({"a": {"b": 1, "c": [3, {"d": None}]}, "e": [], "f": {}})
     assert flat == {"a/b": "1", "a/c/0": "3", "a/c/1/d": "None", "e": "[]", "f": "{}"}
+
+
+def test_experiment_is_a_training_one_with_artifacts_beside_the_store(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MLflow's own default would put artifacts in ./mlruns here
+    store = tmp_path / "outputs" / "mlflow.db"
+    uri = f"sqlite:///{store}"
+    # An experiment made before agentrl declared its kind gets the tag too.
+    client = MlflowClient(uri)
+    old = client.create_experiment("old")
+    for name in ("t", "old"):
+        tracker = MLflowTracker(tracking_uri=uri, experiment=name, output_root=tmp_path / "outputs")
+        run_id = tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
+        tracker.finish()
+        exp = client.get_experiment(tracker.experiment_id)
+        assert exp.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND == "custom_model_development"
+    new = client.get_experiment_by_name("t")
+    assert new.artifact_location == (tmp_path / "outputs" / "mlartifacts").as_uri()
+    assert client.get_run(run_id).info.experiment_id == old
+    assert artifact_root("http://127.0.0.1:5000") is None  # a server keeps its own artifact store
+
+
+def test_dry_run_goes_to_its_own_experiment(tmp_path: Path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = OmegaConf.create({"dry_run": True, "description": "What this run is for."})
+    tracker = MLflowTracker(tracking_uri=uri, experiment="t", dry_run_experiment="t-dry-runs", output_root=tmp_path)
+    run_id = tracker.start(cfg, choices={}, run_dir=tmp_path / "run")
+    tracker.finish()
+    client = MlflowClient(uri)
+    assert client.get_experiment_by_name("t") is None
+    run = client.get_run(run_id)
+    assert client.get_experiment(run.info.experiment_id).name == "t-dry-runs"
+    assert run.data.tags["mlflow.note.content"] == "What this run is for."
+    # Without a dry-run experiment, dry runs share the experiment (logger.dry_run_experiment=null).
+    shared = MLflowTracker(tracking_uri=uri, experiment="t", dry_run_experiment=None, output_root=tmp_path)
+    shared.start(cfg, choices={}, run_dir=tmp_path / "run")
+    assert client.get_experiment(client.get_run(shared.run_id).info.experiment_id).name == "t"
+
+
+def test_datasets_are_the_runs_inputs(tmp_path: Path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
+    tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
+    train = DatasetRef("gridsim", "train", "train", 2000, "3", "/b/gridsim", (("prompt_style", "compact"),))
+    evals = DatasetRef("gridsim", "eval", "eval", 200, "3", "/b/gridsim", (("prompt_style", "compact"),))
+    tracker.log_datasets([train, evals])
+    tracker.finish()
+    inputs = MlflowClient(uri).get_run(tracker.run_id).inputs.dataset_inputs
+    by_context = {next(t.value for t in i.tags if t.key == "mlflow.data.context"): i.dataset for i in inputs}
+    assert set(by_context) == {"train", "eval"}
+    assert by_context["train"].name == "gridsim" and by_context["train"].digest == train.digest()
+    assert json.loads(by_context["eval"].profile)["num_rows"] == 200
+    assert train.digest() != evals.digest()
+    assert DatasetRef("gridsim", "train", "train", 2000, "3", "/b", (("prompt_style", "full"),)).digest() != train.digest()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from agentrl.models.tiny import ensure_tiny_model
+
+    return Path(ensure_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny-s0"), seed=0))
+
+
+@pytest.mark.slow
+def test_log_model_is_a_transformers_logged_model_of_the_run(tmp_path: Path, tiny_model: Path):
+    uri = f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}"
+    tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path / "outputs")
+    tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
+    model_id = tracker.log_model(tiny_model, name="model")
+    tracker.finish()
+    assert model_id
+    client = MlflowClient(uri)
+    model = client.get_logged_model(model_id)
+    assert model.status == LoggedModelStatus.READY and model.name == "model"
+    assert model.source_run_id == tracker.run_id and model.experiment_id == tracker.experiment_id
+    assert [o.model_id for o in client.get_run(tracker.run_id).outputs.model_outputs] == [model_id]
+    # The files are an MLflow transformers model, beside the store, loadable back as a generating pipeline.
+    folder = Path(model.artifact_location.removeprefix("file://"))
+    assert folder.is_relative_to(tmp_path / "outputs" / "mlartifacts")
+    mlmodel = (folder / "MLmodel").read_text()
+    assert "transformers:" in mlmodel and "text-generation" in mlmodel
+    import mlflow.transformers
+
+    components = mlflow.transformers.load_model(f"{model.artifact_location}", return_type="components")
+    assert type(components["model"]).__name__ == "Qwen3ForCausalLM"
+
+
+def test_log_model_without_the_flavors_dependency_warns_and_goes_on(tmp_path: Path, tiny_model: Path, monkeypatch,
+                                                                    caplog):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mlflow.transformers", None)  # as if its optional dependency were missing
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
+    tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
+    with caplog.at_level(logging.WARNING):
+        assert tracker.log_model(tiny_model) is None
+    tracker.finish()
+    assert "model not logged to MLflow" in caplog.text
+    assert MlflowClient(uri).get_run(tracker.run_id).info.status == "FINISHED"
+
+
+def test_log_model_of_a_folder_that_is_no_model_warns(tmp_path: Path, caplog):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
+    tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
+    (tmp_path / "empty").mkdir()
+    with caplog.at_level(logging.WARNING):
+        assert tracker.log_model(tmp_path / "empty") is None
+    assert "not logged to MLflow" in caplog.text
+    models = MlflowClient(uri).search_logged_models([tracker.experiment_id])
+    assert [m.status for m in models] == [LoggedModelStatus.FAILED]
+
+
+def test_closing_block_reports_what_is_present(tmp_path: Path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
+    tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
+    full = {"eval/reward": 0.911, "eval_greedy/reward": 0.96, "time/warm_start_total_s": 324.0,
+            "time/train_total_s": 450.0, "time/eval_total_s": 90.0}
+    block = closing_block(status="FINISHED", run_dir=tmp_path / "run", tracker=tracker, metrics=full, wall_s=870.0)
+    lines = block.splitlines()
+    assert lines[0] == "== agentrl run FINISHED in 14.5 min"
+    assert f"run folder    {tmp_path / 'run'}" in lines
+    assert f"MLflow        {uri}  experiment t  run {tracker.run_id}" in lines
+    assert f"browse        mlflow ui --backend-store-uri {uri}" in lines
+    assert any(ln.strip() == f"then http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}"
+               for ln in lines)
+    assert "final eval/reward  0.911 sampled, 0.960 greedy-decoded" in lines
+    assert "wall time     warm start 5.4 min, training 7.5 min, eval 1.5 min (total 14.5 min)" in lines
+    # Absent (or non-finite) values are skipped, not printed as nan.
+    part = closing_block(status="FAILED", run_dir=tmp_path / "run", tracker=tracker,
+                         metrics={"eval/reward": math.nan, "time/train_total_s": 30.0}, wall_s=45.0)
+    assert "final eval/reward" not in part and "greedy" not in part and "nan" not in part
+    assert "wall time     training 30 s (total 45 s)" in part
+    assert part.startswith("== agentrl run FAILED in 45 s")
