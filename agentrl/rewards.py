@@ -155,10 +155,12 @@ class FailureStreak:
         self.in_a_row = self.in_a_row + 1 if reason is not None else 0
         if self.in_a_row > self.limit:
             dropped, self.in_a_row = self.in_a_row, 0
+            why = ("no rollout is succeeding, so training cannot go on (check the env server and the agent"
+                   if reason == FAILED else "no group has a reward signal, so there is nothing to learn (rewards "
+                   "all equal: the task is too easy or too hard for the model")
             raise AllGroupsFailing(
-                f"{dropped} groups in a row were dropped as {self.label if reason == FAILED else reason}, the last for {cause or 'an unknown cause'}; "
-                "no rollout is succeeding, so training cannot go on (check the env server and the agent; "
-                "trainer.max_drops_in_a_row sets the limit)")
+                f"{dropped} groups in a row were dropped as {self.label if reason == FAILED else reason}, the last "
+                f"for {cause or 'an unknown cause'}; {why}; trainer.max_drops_in_a_row sets the limit)")
 
 
 def failure_cause(group: Sequence[Rollout]) -> str:

@@ -1,12 +1,13 @@
 """Rows: one JSON Lines file per split of a served bundle, the prompt data of every trainer (and Miles).
 
     python -m agentrl.rows URL OUTDIR [--max-turns 4 --tool-timeout 60 --reset-timeout 600
-                                       --model-timeout 600 --token-var NAME]
+                                       --connect-timeout 30 --model-timeout 600 --token-var NAME]
 
 Each row is `{"messages": [system, user], "metadata": {"split", "index", "task_id", "tools", "url", "max_turns",
-"tool_timeout", "reset_timeout", "model_timeout", "token_var"}}`. The token itself is never written: the agent
+"tool_timeout", "reset_timeout", "connect_timeout", "model_timeout", "token_var"}}`. The token itself is never
+written: the agent
 reads it from the environment variable `token_var` names. Splits and their sizes come from the server's
-`/metadata` when it lists them, else from the protocol's own reset errors; prompts come from resetting each
+`/metadata` when it lists them, else from the `splits` a reset error carries; prompts come from resetting each
 task; the tools of each toolset from playing one of its tasks through every turn.
 """
 
@@ -16,7 +17,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,6 @@ import httpx
 from agentrl.envs.client import EnvResetError, EpisodeClient
 from agentrl.http import async_client
 
-_SPLITS = re.compile(r"the splits are (.+)$")
-_COUNT = re.compile(r"has (\d+) tasks")
 _NO_SUCH_SPLIT = "\x00agentrl-rows-probe"
 _MAX_LEARN_TURNS = 16
 
@@ -36,44 +34,39 @@ class RowsError(RuntimeError):
     """The server's splits or tasks could not be read."""
 
 
-async def _probe_error(client: EpisodeClient, split: str, index: int) -> str:
-    try:
-        await client.reset(split, index)
-    except EnvResetError as exc:
-        return str(exc)
-    raise RowsError(f"expected the server to refuse task {index} of split {split!r}, but it started it")
+def _splits_of(listed: Any) -> dict[str, int] | None:
+    if isinstance(listed, dict) and listed and all(isinstance(v, int) for v in listed.values()):
+        return {str(k): int(v) for k, v in listed.items()}
+    return None
 
 
-async def discover_splits(url: str, *, token_var: str | None = None, reset_timeout: float = 600) -> dict[str, int]:
-    """Split name -> number of tasks, in the server's order (`all` first)."""
+async def discover_splits(url: str, *, token_var: str | None = None, reset_timeout: float = 600,
+                          connect_timeout: float = 30) -> dict[str, int]:
+    """Split name -> number of tasks, in the server's order (`all` first): from the server's `/metadata`, else
+    from the `splits` its reset error carries when asked for a split it does not have."""
     headers = {}
     if token_var and os.environ.get(token_var):
         headers["Authorization"] = f"Bearer {os.environ[token_var]}"
     try:
         async with async_client(timeout=30) as http:
             meta = (await http.get(f"{url.rstrip('/')}/metadata", headers=headers)).json()
-        listed = meta.get("splits") if isinstance(meta, dict) else None
-        if isinstance(listed, dict) and all(isinstance(v, int) for v in listed.values()):
-            return {str(k): int(v) for k, v in listed.items()}
+        found = _splits_of(meta.get("splits") if isinstance(meta, dict) else None)
+        if found:
+            return found
     except (httpx.HTTPError, ValueError):
         pass  # fall back to the WebSocket protocol, which every OpenEnv server speaks
-    client = EpisodeClient(url, token_var=token_var, reset_timeout=reset_timeout)
+    client = EpisodeClient(url, token_var=token_var, reset_timeout=reset_timeout, connect_timeout=connect_timeout)
     try:
-        message = await _probe_error(client, _NO_SUCH_SPLIT, 0)
-        found = _SPLITS.search(message)
-        if not found:
-            raise RowsError(f"cannot read the splits from the server's answer: {message!r}")
-        names = [s.strip() for s in found.group(1).split(",") if s.strip()]
-        splits = {}
-        for name in names:
-            message = await _probe_error(client, name, 2**31 - 1)
-            count = _COUNT.search(message)
-            if not count:
-                raise RowsError(f"cannot read the size of split {name!r} from {message!r}")
-            splits[name] = int(count.group(1))
-        return splits
+        await client.reset(_NO_SUCH_SPLIT, 0)
+    except EnvResetError as exc:
+        found = _splits_of(exc.metadata.get("splits"))
+        if found:
+            return found
+        raise RowsError(f"the server at {url} lists its splits neither in /metadata nor in its reset errors "
+                        f"(it answered {exc})") from None
     finally:
         await client.close()
+    raise RowsError(f"expected the server at {url} to refuse split {_NO_SUCH_SPLIT!r}, but it started it")
 
 
 async def _learn_tools(client: EpisodeClient, split: str, index: int) -> list[dict[str, Any]]:
@@ -91,16 +84,17 @@ async def _learn_tools(client: EpisodeClient, split: str, index: int) -> list[di
 
 
 async def write_rows_async(url: str, outdir: str | Path, *, max_turns: int = 4, tool_timeout: float = 60,
-                           reset_timeout: float = 600, model_timeout: float = 600, token_var: str | None = None,
-                           concurrency: int = 4) -> dict[str, Path]:
+                           reset_timeout: float = 600, connect_timeout: float = 30, model_timeout: float = 600,
+                           token_var: str | None = None, concurrency: int = 4) -> dict[str, Path]:
     """Write `<split>.jsonl` for every split served at `url` into `outdir`; returns split -> path."""
-    if max_turns < 1 or tool_timeout <= 0 or reset_timeout <= 0 or model_timeout <= 0 or concurrency < 1:
+    if max_turns < 1 or concurrency < 1 or min(tool_timeout, reset_timeout, connect_timeout, model_timeout) <= 0:
         raise ValueError("max_turns and concurrency must be >= 1 and the timeouts positive")
     url = url.rstrip("/")
-    splits = await discover_splits(url, token_var=token_var, reset_timeout=reset_timeout)
+    splits = await discover_splits(url, token_var=token_var, reset_timeout=reset_timeout,
+                                   connect_timeout=connect_timeout)
     settings = {"url": url, "max_turns": int(max_turns), "tool_timeout": float(tool_timeout),
-                "reset_timeout": float(reset_timeout), "model_timeout": float(model_timeout),
-                "token_var": token_var}
+                "reset_timeout": float(reset_timeout), "connect_timeout": float(connect_timeout),
+                "model_timeout": float(model_timeout), "token_var": token_var}
     toolsets: dict[str, list[dict[str, Any]]] = {}
     toolset_lock = asyncio.Lock()
 
@@ -109,7 +103,8 @@ async def write_rows_async(url: str, outdir: str | Path, *, max_turns: int = 4, 
         indices = iter(range(count))
 
         async def worker() -> None:
-            client = EpisodeClient(url, token_var=token_var, reset_timeout=reset_timeout, tool_timeout=tool_timeout)
+            client = EpisodeClient(url, token_var=token_var, reset_timeout=reset_timeout, tool_timeout=tool_timeout,
+                                   connect_timeout=connect_timeout)
             try:
                 for index in indices:
                     prompt, system, _ = await client.reset(split, index)
@@ -201,13 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--tool-timeout", type=float, default=60)
     parser.add_argument("--reset-timeout", type=float, default=600)
+    parser.add_argument("--connect-timeout", type=float, default=30,
+                        help="seconds a rollout keeps trying while nothing listens at the URL")
     parser.add_argument("--model-timeout", type=float, default=600)
     parser.add_argument("--token-var", default=None, help="environment variable holding the server's token")
     parser.add_argument("--concurrency", type=int, default=4, help="episodes reset at once while reading")
     args = parser.parse_args(argv)
     try:
         paths = write_rows(args.url, args.outdir, max_turns=args.max_turns, tool_timeout=args.tool_timeout,
-                           reset_timeout=args.reset_timeout, model_timeout=args.model_timeout,
+                           reset_timeout=args.reset_timeout, connect_timeout=args.connect_timeout,
+                           model_timeout=args.model_timeout,
                            token_var=args.token_var, concurrency=args.concurrency)
     except Exception as exc:  # a CLI: say what failed, no traceback
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

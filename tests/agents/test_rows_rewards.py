@@ -59,6 +59,25 @@ def test_write_rows_api_on_gridsim(gridsim_url, tmp_path):
     assert first_train["metadata"]["task_id"] == read_rows(paths["train"])[0]["metadata"]["task_id"]
 
 
+def test_splits_come_from_the_reset_error_when_metadata_lists_none():
+    import asyncio
+
+    from fastapi.responses import JSONResponse
+
+    from agentrl.rows import discover_splits
+
+    app = build_app(EchoBundle(train=4, eval=2))
+
+    @app.middleware("http")
+    async def metadata_without_splits(request, call_next):  # an OpenEnv server that does not list its splits
+        if request.url.path == "/metadata":
+            return JSONResponse({"name": "echo"})
+        return await call_next(request)
+
+    with serve_in_background(app) as url:
+        assert asyncio.run(discover_splits(url)) == {"all": 6, "train": 4, "eval": 2}
+
+
 def test_read_rows_names_a_bad_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"messages": [], "metadata": {}}) + "\n" + json.dumps({"messages": "x"}) + "\n")

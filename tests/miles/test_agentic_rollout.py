@@ -32,9 +32,10 @@ from miles.utils.types import Sample  # noqa: E402
 
 from agentrl.envs.server import build_app, serve_in_background  # noqa: E402
 from agentrl.envs.server.echo import EchoBundle  # noqa: E402
-from agentrl.rewards import FAILED_REASON, filter_scored_groups, reward_func  # noqa: E402
+from agentrl.trainers import miles_hooks  # noqa: E402
+from agentrl.trainers.miles_hooks import FAILED_REASON, filter_scored_groups, reward_func  # noqa: E402
 from agentrl.rows import write_rows  # noqa: E402
-from agentrl.trainers.miles_args import GENERATE_FUNCTION, REFACTOR_ENV  # noqa: E402
+from agentrl.trainers.miles_args import AGENT_FUNCTION, GENERATE_FUNCTION, REFACTOR_ENV  # noqa: E402
 from tests.miles.conftest import logprob_of, tool_call  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -69,8 +70,10 @@ def miles_args(model: str, rows: dict, sglang_url: str, session_port: int, roles
         rollout_max_response_len=64, rollout_stop=None, rollout_stop_token_ids=None,
         rollout_skip_special_tokens=False, sglang_server_concurrency=8, rollout_num_gpus=1,
         rollout_num_gpus_per_engine=1, sglang_router_ip=host, sglang_router_port=int(port),
-        custom_generate_function_path=GENERATE_FUNCTION, custom_agent_function_path="agentrl.agents.tool_calling.run",
-        custom_rm_path="agentrl.rewards.reward_func", dynamic_sampling_filter_path="agentrl.rewards.filter_scored_groups",
+        custom_generate_function_path=GENERATE_FUNCTION, custom_agent_function_path=AGENT_FUNCTION,
+        custom_rm_path="agentrl.trainers.miles_hooks.reward_func",
+        dynamic_sampling_filter_path="agentrl.trainers.miles_hooks.filter_scored_groups",
+        eval_max_prompt_len=None, eval_reward_key=None,
         generate_multi_samples=False, use_session_server=True, session_server_ip="127.0.0.1",
         session_server_port=session_port, tito_model="qwen3", tito_allowed_append_roles=sorted(roles),
         use_rollout_routing_replay=False, miles_router_timeout=None, group_rm=False, partial_rollout=False,
@@ -108,6 +111,8 @@ def running_world(tmp_path, tiny_model_path, stand_in_sglang, bundle, scripted, 
 def world(tmp_path, tiny_model_path, stand_in_sglang, monkeypatch):
     """Env server + rows + stand-in SGLang + Miles' session server, all on loopback."""
     monkeypatch.setenv(REFACTOR_ENV, "1")
+    # Tasks 0 and 2 score the same for both samples: kept here, to follow whole groups through Miles' loop.
+    monkeypatch.setenv(miles_hooks.DROP_NO_SIGNAL_ENV, "0")
     with running_world(tmp_path, tiny_model_path, stand_in_sglang, EchoBundle(train=3, eval=1), policy) as w:
         yield w
 
@@ -122,7 +127,7 @@ async def test_miles_rollout_keeps_scored_groups_and_counts_agentenv_failures(wo
 
     data_source = RolloutDataSource(args)
     state = GenerateState(args)
-    assert state.generate_function is agentic_tool_call.generate
+    assert state.generate_function is miles_hooks.generate
     output, _ = await generate_rollout_async(state, 0, data_source.get_samples)
 
     # Group of task 1 dropped (flagged by the agent), counted under our reason; tasks 0 and 2 kept.
@@ -175,14 +180,17 @@ def test_filter_on_the_real_group_shapes():
     from miles.rollout.filter_hub.base_types import DynamicFilterOutput, MetricGatherer, call_dynamic_filter
 
     gatherer = MetricGatherer()
-    outs = [call_dynamic_filter(filter_scored_groups, None, g) for g in ([ok, ok], [ok, flagged], [aborted, ok],
-                                                                          [[ok], [ok, flagged]])]
+    wrong = Sample(metadata={"reward": 0.0}, reward=0.0, status=Sample.Status.COMPLETED)
+    outs = [call_dynamic_filter(filter_scored_groups, None, g) for g in ([ok, wrong], [ok, flagged], [aborted, ok],
+                                                                          [[ok], [ok, flagged]], [ok, ok])]
     assert all(isinstance(o, DynamicFilterOutput) for o in outs)
-    assert [o.keep for o in outs] == [True, False, False, False]
+    assert [o.keep for o in outs] == [True, False, False, False, False]
     for o in outs:
         if not o.keep:
             gatherer.on_dynamic_filter_drop(reason=o.reason)
-    assert gatherer.collect() == {"rollout/dynamic_filter/drop_agentenv_failed": 3}
+    # Every drop counted by its reason, as the built-in trainer counts rollout/groups_dropped/<reason>.
+    assert gatherer.collect() == {"rollout/dynamic_filter/drop_agentenv_failed": 3,
+                                  "rollout/dynamic_filter/drop_no_signal": 1}
 
 
 def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
@@ -207,11 +215,12 @@ def multi_turn_world(request, tmp_path, tiny_model_path, stand_in_sglang, monkey
     or the trainer settings `request.param` gives)."""
     import json
 
-    from agentrl.rewards import MAX_DROPS_ENV
     from agentrl.trainers.miles_args import build_launch
+    from agentrl.trainers.miles_hooks import MAX_DROPS_ENV
     from tests.miles.conftest import ctx, flags, make_cfg
 
     monkeypatch.setenv(REFACTOR_ENV, "1")
+    monkeypatch.setenv(miles_hooks.DROP_NO_SIGNAL_ENV, "0")  # both samples of a group score the same here
     launch = build_launch(make_cfg(**getattr(request, "param", {})), ctx(tmp_path / "launch"), model_args=[])
     monkeypatch.setenv(MAX_DROPS_ENV, launch.env[MAX_DROPS_ENV])  # as the launcher's Ray workers get it
     f = flags(launch.argv)
@@ -231,7 +240,7 @@ async def test_a_run_whose_every_group_fails_stops_with_the_reason(multi_turn_wo
 
     from agentrl import rewards
 
-    monkeypatch.setitem(rewards._drops, "in_a_row", 0)
+    monkeypatch.setattr(miles_hooks._streak, "in_a_row", 0)
     args, sglang = multi_turn_world
     assert args.tito_allowed_append_roles == ["tool"]
     monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=300))
@@ -264,3 +273,37 @@ async def test_multi_turn_task_appends_user_turns_under_the_default_roles(multi_
     chats = [b for p, b in sglang.calls if p == "/v1/chat/completions"]
     assert len(chats) == 4  # two turns for each of the group's two samples
     assert sorted(len([m for m in b["messages"] if m["role"] == "user"]) for b in chats) == [1, 1, 2, 2]
+
+
+async def test_miles_eval_scores_a_rollout_that_failed_before_the_model_zero(world, monkeypatch, tmp_path):
+    """With the env server gone, every eval episode fails before the model is called: Miles' generate returns
+    the input sample aborted and skips the reward hook. Through Miles' real eval path each such sample must
+    carry reward 0 and its failure reason, where a None reward used to crash eval's logging."""
+    import json
+    import socket
+
+    import httpx
+    from miles.rollout.inference_rollout.inference_rollout_eval import eval_rollout_single_dataset
+    from miles.utils.eval_config import EvalDatasetConfig
+
+    args, sglang, rows = world
+    monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=300))
+    with socket.socket() as s:  # a port where nothing listens: the env server was stopped
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    eval_rows = tmp_path / "eval-dead.jsonl"
+    with open(rows["eval"]) as src, open(eval_rows, "w") as out:
+        for line in src:
+            row = json.loads(line)
+            row["metadata"].update(url=dead, connect_timeout=0.5)
+            out.write(json.dumps(row) + "\n")
+    config = EvalDatasetConfig(name="reward", path=str(eval_rows), input_key="messages", metadata_key="metadata",
+                               tool_key="tools", n_samples_per_eval_prompt=2, temperature=1.0, top_p=1.0,
+                               top_k=-1, max_response_len=64)
+    result = await asyncio.wait_for(eval_rollout_single_dataset(GenerateState(args), config, {}), 600)
+    rewards = result["reward"]["rewards"]
+    assert rewards == [0.0, 0.0] and sum(rewards) == 0.0  # eval's own sum no longer meets a None
+    for sample in result["reward"]["samples"]:
+        assert sample.metadata["agentenv_failure"] == "env_unreachable"
+        assert dead.removeprefix("http://") in sample.metadata["agentenv_error"]
+    assert not [c for c in sglang.calls if c[0] == "/v1/chat/completions"]  # the model was never called

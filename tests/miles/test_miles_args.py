@@ -45,10 +45,12 @@ def test_grpo_agentic_and_tracking_flags(tmp_path):
     assert f["--eval-interval"] == ["5"] and f["--num-layers"] == ["2"]
     assert f["--input-key"] == ["messages"] and f["--metadata-key"] == ["metadata"]
     assert "--apply-chat-template" not in f  # the prompt must stay a message list for the agent
-    assert f["--custom-generate-function-path"] == ["miles.rollout.generate_hub.agentic_tool_call.generate"]
-    assert f["--custom-agent-function-path"] == ["agentrl.agents.tool_calling.run"]
-    assert f["--custom-rm-path"] == ["agentrl.rewards.reward_func"]
-    assert f["--dynamic-sampling-filter-path"] == ["agentrl.rewards.filter_scored_groups"]
+    # Miles' generate and our agent, each behind the wrapper that keeps a failed rollout's reason and reward 0.
+    assert f["--custom-generate-function-path"] == ["agentrl.trainers.miles_hooks.generate"]
+    assert f["--custom-agent-function-path"] == ["agentrl.trainers.miles_hooks.agent_function"]
+    assert launch.env["AGENTRL_AGENT_FUNCTION"] == "agentrl.agents.tool_calling.run"
+    assert f["--custom-rm-path"] == ["agentrl.trainers.miles_hooks.reward_func"]
+    assert f["--dynamic-sampling-filter-path"] == ["agentrl.trainers.miles_hooks.filter_scored_groups"]
     assert "--use-session-server" in f and f["--tito-model"] == ["qwen3"] and f["--chat-template-path"] == ["/t.jinja"]
     assert f["--sglang-tool-call-parser"] == ["qwen25"] and f["--colocate"] == []
     assert f["--use-mlflow"] == [] and f["--mlflow-run-id"] == ["run123"]

@@ -152,7 +152,8 @@ class Session:
             info = served.bundle.task_info(source_split, source_index)
         except (ValueError, IndexError, KeyError) as exc:
             msg = exc.args[0] if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
-            return wire.envelope({}, done=True, metadata=self._error_meta(str(msg)))
+            # The splits travel as data too, so a client learns them without parsing the message.
+            return wire.envelope({}, done=True, metadata=self._error_meta(str(msg), splits=dict(served.splits)))
         self.task = {"id": info.task_id, "split": split, "index": index, "toolset": info.toolset}
         self.episode_id = uuid.uuid4().hex
         try:
