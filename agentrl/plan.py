@@ -42,6 +42,16 @@ def resolve_target(node: DictConfig, where: str) -> Any:
     return obj
 
 
+def build(node: DictConfig, where: str) -> Any:
+    """Instantiate a group's object; a value its own checks refuse is a PlanError naming the group."""
+    resolve_target(node, where)
+    try:
+        return instantiate(node)
+    except Exception as exc:  # noqa: BLE001 - Hydra wraps the object's own error; say it with the group
+        cause = exc.__cause__ or exc
+        raise PlanError(f"{where}: {type(cause).__name__}: {cause}") from exc
+
+
 @dataclass
 class Plan:
     """Everything a trainer needs, built from one config."""
@@ -53,8 +63,6 @@ class Plan:
     agent: Any
     reward: Any
     trainer_cls: type
-    model_factory: Any
-    inference_factory: Any
     notes: list[str] = field(default_factory=list)
 
     def describe(self, tracking_uri: str | None = None) -> str:
@@ -82,16 +90,12 @@ class Plan:
 
 def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path) -> Plan:
     """Instantiate the cheap objects (bundle, agent, reward) and resolve the heavy ones (trainer, model, engine)."""
-    resolve_target(cfg.env, "env")
-    bundle = instantiate(cfg.env)
-    resolve_target(cfg.agent, "agent")
-    agent = instantiate(cfg.agent)
-    resolve_target(cfg.reward, "reward")
-    reward = instantiate(cfg.reward)
-    # Trainers are constructed by run.py with the whole plan, so only their class is resolved here.
+    bundle, agent, reward = (build(cfg[group], group) for group in ("env", "agent", "reward"))
+    # Trainers are constructed by run.py with the whole plan, so only their class is resolved here; the model
+    # and the engine are made by the trainer, but a key their factories do not take fails now.
     trainer_cls = import_target(cfg.trainer, "trainer")
-    model_factory = resolve_target(cfg.model, "model")
-    inference_factory = resolve_target(cfg.inference, "inference")
+    resolve_target(cfg.model, "model")
+    resolve_target(cfg.inference, "inference")
     from agentrl.devices import DeviceError, check_devices  # torch loads only once a plan is built
 
     try:
@@ -106,4 +110,4 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
 
     if problem := teacher_problem(cfg, bundle):
         raise PlanError(problem)
-    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, model_factory, inference_factory)
+    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls)

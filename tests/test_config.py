@@ -159,9 +159,9 @@ def test_hparams_search_space():
     assert cfg.hydra.sweeper.direction == "maximize"
 
 
-def test_agent_turns_follow_the_trainer_unless_set():
-    cfg = compose("config", overrides=["+recipe=gridsim_grpo", "trainer.max_turns=2"])
-    assert cfg.agent.max_turns == 2
-    cfg = compose("config", overrides=["+recipe=gridsim_grpo", "trainer.max_turns=2", "agent.max_turns=3"])
-    assert cfg.agent.max_turns == 3
-    assert compose("config", overrides=["+recipe=gridsim_sft"]).agent.max_turns == 4  # SFT has no max_turns
+def test_max_turns_has_one_home_in_the_agent_group():
+    cfg = compose("config", overrides=["+recipe=gridsim_grpo", "agent.max_turns=3"])
+    assert cfg.agent.max_turns == 3 and "max_turns" not in cfg.trainer
+    assert compose("config", overrides=["+recipe=gridsim_sft"]).agent.max_turns == 4
+    with pytest.raises(ConfigCompositionException, match="max_turns"):  # the old key is refused, by name
+        compose("config", overrides=["+recipe=gridsim_grpo", "trainer.max_turns=2"])

@@ -21,8 +21,8 @@ from typing import Any
 from agentrl.agents.base import SessionPool, agent_config, parse_roles, task_prompts, with_role
 from agentrl.agents.chat import role_turn
 from agentrl.agents.record import Play, Rollout
+from agentrl.answers import extract_answer, to_number, verify_answer
 from agentrl.config.agent import AdversarialAgentConfig
-from agentrl.envs.arith.verify import extract_answer, to_number, verify_answer
 from agentrl.http import async_client
 
 ROLES = ("proposer", "solver")

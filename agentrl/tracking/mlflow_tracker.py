@@ -16,6 +16,8 @@ from urllib.parse import unquote, urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.tracking.uri import resolve_tracking_uri
+
 # Environment variable through which a multirun's parent run reaches its jobs (basic launcher: same process).
 PARENT_RUN_ENV = "AGENTRL_MLFLOW_PARENT_RUN_ID"
 # MLflow's log-batch REST limits.
@@ -50,17 +52,6 @@ class DatasetRef:
         """A short content key: same bundle, version, split, size and data options give the same digest."""
         key = json.dumps([self.name, self.version, self.split, self.rows, list(self.options)], default=str)
         return hashlib.sha256(key.encode()).hexdigest()[:10]
-
-
-def resolve_tracking_uri(tracking_uri: str | None, output_root: str | Path) -> str:
-    """logger.tracking_uri, else $MLFLOW_TRACKING_URI, else a SQLite store under the output root."""
-    if tracking_uri:
-        return tracking_uri
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    root = Path(output_root)
-    root.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{root.resolve() / 'mlflow.db'}"
 
 
 def flatten_params(node: Any, prefix: str = "") -> dict[str, str]:
@@ -249,6 +240,10 @@ class MLflowTracker:
             self.client.log_artifacts(self.run_id, str(path), artifact_path)
         else:
             self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def latest_metrics(self) -> dict[str, float]:
+        """The last logged value of every metric of this run (another process may have logged them)."""
+        return {k: float(v) for k, v in self.client.get_run(self.run_id).data.metrics.items()}
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         for key, value in tags.items():

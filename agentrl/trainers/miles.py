@@ -104,7 +104,7 @@ class MilesTrainer:
     @classmethod
     def dry_run_report(cls, cfg: DictConfig, plan: Any) -> str:
         """The exact launcher command and environment `fit()` would use (rows paths as they would be)."""
-        from agentrl.tracking.mlflow_tracker import resolve_tracking_uri
+        from agentrl.tracking.uri import resolve_tracking_uri
 
         try:
             check_config(cfg)
@@ -255,5 +255,4 @@ class MilesTrainer:
 
     def final_metrics(self) -> dict[str, float]:
         """The last logged value of every metric in this run (Miles logged them there)."""
-        run = self.tracker.client.get_run(self.tracker.run_id)
-        return {k: float(v) for k, v in run.data.metrics.items()}
+        return self.tracker.latest_metrics()
