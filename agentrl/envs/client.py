@@ -168,7 +168,8 @@ class _Deadlines:
                 f"the env server at {url} is unreachable: nothing answered for {waited:.1f}s "
                 f"(connect_timeout {self.client.connect_timeout:g}s): {_why_unreachable(exc.cause)}", url
             ) from exc.cause
-        raise EnvConnectionError(f"no room for an episode on {url} before the deadline: {exc.cause}") from exc.cause
+        raise EnvConnectionError(f"no room for an episode on {url} (full, or restarting) within the reset_timeout "
+                                 f"({self.client.reset_timeout:g}s): {exc.cause}") from exc.cause
 
 
 def _why_unreachable(exc: BaseException) -> str:
