@@ -160,6 +160,16 @@ async def test_a_server_answering_503_is_waited_for_until_reset_timeout():
         assert time.monotonic() - t0 >= 1.0 and len(calls) > 2
 
 
+async def test_a_gateway_with_nothing_behind_it_counts_as_unreachable():
+    calls: list[int] = []
+    async with await _http_server(502, calls) as server:
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(EnvUnreachableError, match="502"):
+            async with asyncio.timeout(60), EpisodeClient(f"http://127.0.0.1:{port}", reset_timeout=600,
+                                                          connect_timeout=0.3) as env:
+                await env.reset("eval", 0)
+
+
 async def test_a_wrong_path_fails_at_once():
     calls: list[int] = []
     async with await _http_server(404, calls) as server:
