@@ -11,6 +11,7 @@ _EXPORTS = {
     "EmbeddedEngine": "agentrl.inference.engine",
     "Completion": "agentrl.inference.engine",
     "EngineStats": "agentrl.inference.engine",
+    "EngineUnavailable": "agentrl.inference.completion",
     "build_session_app": "agentrl.inference.sessions",
     "SessionStore": "agentrl.inference.sessions",
     "SessionServer": "agentrl.inference.server",

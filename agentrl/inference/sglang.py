@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.http import async_client
+from agentrl.inference.completion import EngineUnavailable
 from agentrl.inference.engine import Completion
 
 log = logging.getLogger(__name__)
@@ -185,7 +186,7 @@ class SGLangEngine:
                     return None
                 self._lock.wait()
             if self._closed:
-                raise RuntimeError("SGLangEngine is closed")
+                raise EngineUnavailable("SGLangEngine is closed")  # the session server answers 503
             url = min(self.urls, key=lambda u: self._in_flight[u])
             self._in_flight[url] += 1
             return url
