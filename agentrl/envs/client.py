@@ -12,67 +12,34 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential, wait_random
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
-from websockets.uri import parse_uri
+from tenacity import AsyncRetrying, retry_if_exception_type
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from agentrl.envs.connection import (
+    Deadlines,
+    EnvAuthError,
+    EnvClientError,
+    EnvConnectionError,
+    EnvProtocolError,
+    EnvResetError,
+    EnvTimeoutError,
+    EnvUnreachableError,
+    Retry,
+    open_connection,
+)
+
+__all__ = [
+    "CallResult", "EnvAuthError", "EnvClientError", "EnvConnectionError", "EnvProtocolError", "EnvResetError",
+    "EnvTimeoutError", "EnvUnreachableError", "EpisodeClient", "openai_tool", "ws_url",
+]
 
 # Extra seconds the client waits beyond the server's own tool timeout before giving up on a reply.
 REPLY_GRACE_S = 15.0
-# The longest one connection attempt (TCP connect, then the WebSocket handshake) may take.
-OPEN_TIMEOUT_S = 10.0
-# Statuses a server or proxy answers the upgrade with while it is (re)starting or busy: wait for it.
-_BUSY_STATUSES = frozenset({429, 503, 504})
-# A gateway that reaches nothing behind it: as good as nothing listening.
-_NO_UPSTREAM_STATUSES = frozenset({502})
-_BACKOFF = wait_exponential(multiplier=0.05, max=1.0) + wait_random(0, 0.05)
-
-
-class EnvClientError(Exception):
-    """Anything that went wrong talking to the env server."""
-
-
-class EnvConnectionError(EnvClientError):
-    """No server to talk to: refused, unreachable past the deadline, or the connection dropped."""
-
-
-class EnvUnreachableError(EnvConnectionError):
-    """Nothing listened at the env server's URL (refused, unknown host, no route) for `connect_timeout`."""
-
-    def __init__(self, message: str, url: str) -> None:
-        super().__init__(message)
-        self.url = url
-
-
-class EnvAuthError(EnvConnectionError):
-    """The server refused the bearer token (HTTP 401/403 or WebSocket close 1008)."""
-
-
-class EnvTimeoutError(EnvClientError):
-    """The server did not answer in time; the connection is dropped (its replies would be out of step)."""
-
-
-class EnvProtocolError(EnvClientError):
-    """The server answered with a protocol error frame (bad message, unknown type, ...)."""
-
-    def __init__(self, message: str, code: str | None = None, data: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.data = data or {}
-
-
-class EnvResetError(EnvClientError):
-    """The reset was refused (unknown split, index out of range) or the deploy failed."""
-
-    def __init__(self, message: str, metadata: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.metadata = metadata or {}
 
 
 @dataclass
@@ -114,89 +81,6 @@ def openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
         "type": "function",
         "function": {"name": tool["name"], "description": tool.get("description") or "", "parameters": schema},
     }
-
-
-class _Retry(Exception):
-    """An attempt to start an episode that may succeed later; `unreachable`: nothing listened."""
-
-    def __init__(self, cause: BaseException, unreachable: bool) -> None:
-        super().__init__(str(cause))
-        self.cause, self.unreachable = cause, unreachable
-
-
-class _Deadlines:
-    """The two clocks of one reset: `reset_timeout` in all, and `connect_timeout` while nothing listens."""
-
-    def __init__(self, client: EpisodeClient) -> None:
-        self.client = client
-        self.deadline = time.monotonic() + client.reset_timeout
-        self.unreachable_since: float | None = None
-
-    def remaining(self) -> float:
-        return max(0.1, self.deadline - time.monotonic())
-
-    def note(self, unreachable: bool) -> None:
-        """Record an attempt's outcome: nothing listened, or the server answered something."""
-        if not unreachable:
-            self.unreachable_since = None
-        elif self.unreachable_since is None:
-            self.unreachable_since = time.monotonic()
-
-    def _deadline(self, state: RetryCallState) -> float:
-        """The deadline that applies after this outcome: connect_timeout's too while nothing listens."""
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, _Retry) and exc.unreachable and self.unreachable_since is not None:
-            return min(self.deadline, self.unreachable_since + self.client.connect_timeout)
-        return self.deadline
-
-    def wait(self, state: RetryCallState) -> float:
-        """Back off (jittered, so many rollouts waiting on one server do not knock in step), never past the
-        deadline, so that the last attempt comes at it."""
-        return max(0.0, min(_BACKOFF(state), self._deadline(state) - time.monotonic()))
-
-    def stop(self, state: RetryCallState) -> bool:
-        return time.monotonic() >= self._deadline(state)
-
-    def give_up(self, state: RetryCallState) -> Any:
-        """Raise the public error for the last failed attempt."""
-        exc = state.outcome.exception() if state.outcome else None
-        assert isinstance(exc, _Retry)
-        url = self.client.url
-        if exc.unreachable:
-            waited = time.monotonic() - (self.unreachable_since or time.monotonic())
-            raise EnvUnreachableError(
-                f"the env server at {url} is unreachable: nothing answered for {waited:.1f}s "
-                f"(connect_timeout {self.client.connect_timeout:g}s): {_why_unreachable(exc.cause)}", url
-            ) from exc.cause
-        raise EnvConnectionError(f"no room for an episode on {url} (full, or restarting) within the reset_timeout "
-                                 f"({self.client.reset_timeout:g}s): {exc.cause}") from exc.cause
-
-
-def _why_unreachable(exc: BaseException) -> str:
-    if isinstance(exc, ConnectionRefusedError):
-        return f"connection refused, nothing listens on that port ({exc})"
-    if isinstance(exc, socket.gaierror):
-        return f"the host name does not resolve ({exc})"
-    return f"{type(exc).__name__}: {exc}"
-
-
-async def _tcp_connect(host: str, port: int) -> socket.socket:
-    """A connected TCP socket to `host:port`; OSError when nothing listens there (refused, unknown, no route)."""
-    loop = asyncio.get_running_loop()
-    error: OSError | None = None
-    for family, kind, proto, _, address in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM):
-        sock = socket.socket(family, kind, proto)
-        sock.setblocking(False)
-        try:
-            await loop.sock_connect(sock, address)
-            return sock
-        except OSError as exc:
-            sock.close()
-            error = exc
-        except BaseException:
-            sock.close()
-            raise
-    raise error or OSError(f"no address for {host}")
 
 
 class EpisodeClient:
@@ -242,45 +126,6 @@ class EpisodeClient:
         await self.close()
 
     # -- connection ----------------------------------------------------------------------------------
-
-    async def _open(self, timeout: float) -> ClientConnection:
-        """One connection attempt. Raises `_Retry` for what may pass (unreachable when the TCP connect
-        itself failed), EnvAuthError or EnvConnectionError for what will not."""
-        try:
-            uri = parse_uri(self.url)
-        except InvalidURI as exc:
-            raise EnvConnectionError(f"bad env server URL {self.url}: {exc}") from exc
-        timeout = min(OPEN_TIMEOUT_S, timeout)
-        tcp_timeout = min(timeout, self.connect_timeout)
-        try:
-            # The TCP connect on its own, so that "nothing listens" is told apart from a slow handshake.
-            sock = await asyncio.wait_for(_tcp_connect(uri.host, uri.port), tcp_timeout)
-        except (OSError, TimeoutError) as exc:
-            cause = exc if str(exc) else TimeoutError(f"no TCP connection within {tcp_timeout:g}s")
-            raise _Retry(cause, unreachable=True) from exc
-        try:
-            return await connect(
-                self.url,
-                sock=sock,
-                additional_headers=self._headers or None,
-                open_timeout=timeout,
-                max_size=64 * 2**20,
-                compression=None,
-            )
-        except InvalidStatus as exc:
-            sock.close()
-            status = exc.response.status_code
-            if status in (401, 403):
-                raise EnvAuthError(f"{self.url} refused the connection (HTTP {status})") from exc
-            if status in _BUSY_STATUSES or status in _NO_UPSTREAM_STATUSES:
-                raise _Retry(exc, unreachable=status in _NO_UPSTREAM_STATUSES) from exc
-            raise EnvConnectionError(f"{self.url} answered the WebSocket upgrade with HTTP {status}") from exc
-        except (OSError, InvalidHandshake, TimeoutError, ConnectionClosed) as exc:
-            sock.close()  # the server is there but the handshake failed: it may be starting or overloaded
-            raise _Retry(exc, unreachable=False) from exc
-        except BaseException:
-            sock.close()
-            raise
 
     async def _drop(self) -> None:
         ws, self._ws, self._live = self._ws, None, False
@@ -329,9 +174,9 @@ class EpisodeClient:
         EnvUnreachableError once nothing has listened at the URL for `connect_timeout`.
         """
         self._live = False
-        clock = _Deadlines(self)
+        clock = Deadlines(self.url, self.reset_timeout, self.connect_timeout)
         retrying = AsyncRetrying(
-            retry=retry_if_exception_type(_Retry),
+            retry=retry_if_exception_type(Retry),
             wait=clock.wait,
             stop=clock.stop,
             retry_error_callback=clock.give_up,
@@ -345,11 +190,11 @@ class EpisodeClient:
         self._live = True
         return meta.get("prompt", ""), meta.get("system_prompt", ""), self.tools
 
-    async def _try_reset(self, split: str, index: int, clock: _Deadlines) -> dict[str, Any]:
-        """One attempt: connect if needed and send the reset. `_Retry` when it may work later."""
+    async def _try_reset(self, split: str, index: int, clock: Deadlines) -> dict[str, Any]:
+        """One attempt: connect if needed and send the reset. `Retry` when it may work later."""
         try:
             if self._ws is None:
-                self._ws = await self._open(clock.remaining())
+                self._ws = await open_connection(self.url, self._headers, clock.remaining(), self.connect_timeout)
             frame = {"type": "reset", "data": {"split": split, "index": index}}
             try:
                 data = await self._exchange(frame, clock.remaining())
@@ -357,12 +202,12 @@ class EpisodeClient:
                 if exc.code != "CAPACITY_REACHED":
                     raise
                 await self._drop()
-                raise _Retry(exc, unreachable=False) from exc
+                raise Retry(exc, unreachable=False) from exc
             except (EnvTimeoutError, EnvAuthError):
                 raise
             except EnvConnectionError as exc:  # the server went away: wait for it to come back
-                raise _Retry(exc, unreachable=False) from exc
-        except _Retry as exc:
+                raise Retry(exc, unreachable=False) from exc
+        except Retry as exc:
             clock.note(exc.unreachable)
             raise
         return data
