@@ -15,8 +15,9 @@ A record is `{"timestamp", "method", "path", "status_code", "request": <body + "
 `cached_tokens`, `weight_version` and `tool_call_errors`. `assemble_sample` turns records into a Sample.
 Errors come back as `{"error": "..."}`: 400 bad or non-extending request (the body is checked by
 `agentrl.inference.schema.ChatCompletionRequest`, and the message names the field), 404 unknown
-session, 500 a chat template that cannot extend a turn, 503 an engine that cannot serve (the
-message names why; every request waiting on a dead engine gets it at once).
+session, 413 a body over `max_body_bytes` (plain text, from FastAPI's limiter), 500 a chat template
+that cannot extend a turn, 503 an engine that cannot serve (the message names why; every request
+waiting on a dead engine gets it at once).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from agentrl.inference.completion import EngineUnavailable
 from agentrl.inference.schema import ChatCompletionRequest, describe
 from agentrl.inference.tito import MessageValidationError, TokenizationError
 from agentrl.models.tool_calls import parse_tool_calls
+
+MAX_BODY_BYTES = 64 << 20  # a whole long conversation is a few MB; a bigger body is an attack or a bug
 
 
 class SessionNotFoundError(KeyError):
@@ -110,11 +113,13 @@ def engine_failure(engine: Any) -> str | None:
 
 
 def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens: int = 512,
-                      store: SessionStore | None = None, model_name: str | None = None) -> FastAPI:
+                      store: SessionStore | None = None, model_name: str | None = None,
+                      max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     """The session server as a FastAPI app over `engine` (an `EmbeddedEngine` or anything with its `generate`).
 
     `tokenizer` renders the chat template (a tokenizer object or a folder; default `engine.tokenizer`).
     `store` lets the caller keep a handle on the sessions (also at `app.state.sessions`).
+    A body over `max_body_bytes` answers 413 before it is read into memory.
     """
     if tokenizer is None:
         tokenizer = engine.tokenizer
@@ -130,7 +135,7 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
     end_text = "<|im_end|>" if "<|im_end|>" in vocab else tokenizer.eos_token
 
     # strict_content_type off: a JSON body without a Content-Type header is parsed, as before
-    app = FastAPI(title="agentrl session server", strict_content_type=False)
+    app = FastAPI(title="agentrl session server", strict_content_type=False, max_body_size=int(max_body_bytes))
     app.state.sessions = store
     app.state.engine = engine
     app.state.tokenizer = tokenizer

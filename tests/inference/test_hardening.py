@@ -28,6 +28,8 @@ from agentrl.agents.chat import chat
 from agentrl.inference.engine import EmbeddedEngine
 from agentrl.inference.serve import EXIT_ENGINE_DIED, SHUTDOWN_DEADLINE_S
 from agentrl.inference.server import start_session_server
+from agentrl.inference.sessions import build_session_app
+from agentrl.serving import serve_in_background
 
 HERE = Path(__file__).resolve().parent
 USER = [{"role": "user", "content": "hello"}]
@@ -178,6 +180,18 @@ async def test_dead_worker_fails_every_pending_request_with_503(served):
         assert later.status_code == 503 and "worker died" in later.json()["error"]
         assert (await client.delete(f"/sessions/{sids[0]}")).status_code == 204  # no lock left held
     assert engine.stopped.wait(HANG)
+
+
+def test_oversized_body_is_refused_before_it_is_read(random_model):
+    engine = EmbeddedEngine(random_model)
+    try:
+        with serve_in_background(build_session_app(engine, default_max_tokens=2, max_body_bytes=2000)) as base:
+            sid = httpx.post(f"{base}/sessions", timeout=HANG).json()["session_id"]
+            big = {"messages": [{"role": "user", "content": "x" * 5000}]}
+            assert httpx.post(f"{base}/sessions/{sid}/v1/chat/completions", json=big, timeout=HANG).status_code == 413
+            healthy_turn(base)
+    finally:
+        engine.close()
 
 
 # ---------------------------------------------------------------- the serve CLI as a real process
