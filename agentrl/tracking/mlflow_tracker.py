@@ -297,10 +297,17 @@ class MLflowTracker:
             # Stated requirements: MLflow would otherwise infer them by loading the model in a subprocess.
             requirements = [f"torch=={torch.__version__.split('+')[0]}", f"transformers=={transformers.__version__}"]
             # The fluent API reads the process-wide tracking URI; point it at this run's store only meanwhile.
-            with _use_tracking_uri(self.tracking_uri):
-                mlflow.transformers.log_model(
-                    {"model": model, "tokenizer": tokenizer}, name=name, task="text-generation",
-                    run_id=self.run_id, model_id=logged.model_id, pip_requirements=requirements)
+            # MLflow's context manager drops $MLFLOW_TRACKING_URI on the way out: a sweep's next job would then
+            # log to the default store, so the variable is put back as it was.
+            saved = os.environ.get("MLFLOW_TRACKING_URI")
+            try:
+                with _use_tracking_uri(self.tracking_uri):
+                    mlflow.transformers.log_model(
+                        {"model": model, "tokenizer": tokenizer}, name=name, task="text-generation",
+                        run_id=self.run_id, model_id=logged.model_id, pip_requirements=requirements)
+            finally:
+                if saved is not None:
+                    os.environ["MLFLOW_TRACKING_URI"] = saved
         except ImportError as err:
             log.warning("model not logged to MLflow: its transformers flavor needs %s (pip install it)", err.name)
         except (OSError, ValueError, TypeError, mlflow.exceptions.MlflowException) as err:
