@@ -15,7 +15,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from agentrl.trainers.rollout import Played, make_row
+from agentrl.agents.record import Rollout
+from agentrl.trainers.rollout import make_row
 
 
 def eval_indices(bundle: Any, split: str, limit: int | None) -> list[int]:
@@ -24,7 +25,7 @@ def eval_indices(bundle: Any, split: str, limit: int | None) -> list[int]:
     return list(range(count if limit is None else min(int(limit), count)))
 
 
-def reward_metrics(played: list[Played], prefix: str, breakdown: Mapping[str, str] | None = None) -> dict[str, float]:
+def reward_metrics(played: list[Rollout], prefix: str, breakdown: Mapping[str, str] | None = None) -> dict[str, float]:
     """Mean reward, its standard error, the share of zero rewards, and the mean by each task fact the bundle
     breaks its eval down by (`Bundle.eval_breakdown`: fact -> metric name, `{}` standing for the value)."""
     if not played:
@@ -56,7 +57,7 @@ def eval_line(metrics: Mapping[str, float], seconds: float, *, prefix: str = "ev
 
 def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, temperature: float,
              top_p: float = 1.0, seed_parts: tuple[Any, ...] = (), prefix: str = "eval",
-             chunk: int = 64, step: int | None = None, quiet: bool = False) -> tuple[dict[str, float], list[Played]]:
+             chunk: int = 64, step: int | None = None, quiet: bool = False) -> tuple[dict[str, float], list[Rollout]]:
     """Play every eval task once at `temperature` (0: greedy); returns (metrics, the rollouts in task order).
 
     Prints `eval_line` when done (above any progress bar) unless `quiet`; `step` only labels that line.
@@ -66,7 +67,7 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, tempe
             for i in eval_indices(bundle, split, limit)]
     kwargs: dict[str, Any] = {"temperature": float(temperature), "top_p": float(top_p),
                               "chat_template_kwargs": {"enable_thinking": False}}
-    played: list[Played] = []
+    played: list[Rollout] = []
     for start in range(0, len(rows), chunk):  # bounded concurrency: the engine batches up to its limit anyway
         groups = asyncio.run(services.runner.play_rows(rows[start:start + chunk], 1, request_kwargs=kwargs,
                                                        seed_parts=(*seed_parts, prefix)))

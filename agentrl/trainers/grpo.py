@@ -245,7 +245,7 @@ class GRPOTrainer:
         started = time.monotonic()
         metrics, _ = evaluate(self.services, self.plan.bundle, self.cfg.env.eval_split, limit=self.t.eval_limit,
                               temperature=0.0 if greedy else float(self.t.temperature), top_p=float(self.t.top_p),
-                              seed_parts=(self.cfg.seed, step), prefix="eval_greedy" if greedy else "eval")
+                              seed_parts=(self.cfg.seed, step), prefix="eval_greedy" if greedy else "eval", step=step)
         seconds = time.monotonic() - started
         self.times["eval"] += seconds
         if not greedy:

@@ -125,6 +125,3 @@ class RolloutRunner:
         return list(await asyncio.gather(*(self.play_row(r, n, request_kwargs=request_kwargs,
                                                          seed_parts=seed_parts) for r in rows)))
 
-
-# The record the trainers consume; the old name stays for callers outside the trainers.
-Played = Rollout
