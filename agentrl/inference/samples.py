@@ -1,4 +1,5 @@
-"""Samples for trainers (contract 4), assembled from a session's records (contract 3)."""
+"""Samples for trainers (token ids, loss mask, rollout logprobs, reward, group), assembled from the records a
+token-in/token-out session server keeps of a session's turns."""
 
 from __future__ import annotations
 

@@ -258,10 +258,6 @@ class SGLangEngine:
                 self._admitting = True
                 self._lock.notify_all()
 
-    async def update_weights_async(self, source: Mapping[str, Any] | str | Path) -> int:
-        """`update_weights` without blocking the event loop."""
-        return await asyncio.to_thread(self.update_weights, source)
-
     def _weights_folder(self, source: Mapping[str, Any] | str | Path) -> Path:
         """A folder SGLang can load: `source` itself, or a state dict saved beside the model's config."""
         if isinstance(source, (str, Path)):

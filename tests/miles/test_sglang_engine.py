@@ -84,7 +84,7 @@ async def test_weight_push_waits_for_running_calls_and_precedes_the_next_ones(ti
     try:
         running = [asyncio.create_task(engine.generate([1, 2], max_tokens=4)) for _ in range(4)]
         await asyncio.sleep(0.1)  # the step's calls are running on the old weights
-        update = asyncio.create_task(engine.update_weights_async(folder))
+        update = asyncio.create_task(asyncio.to_thread(engine.update_weights, folder))
         await asyncio.sleep(0.05)
         later = asyncio.create_task(engine.generate([3], max_tokens=4))  # the next step's first call
         old = await asyncio.gather(*running)
@@ -110,7 +110,7 @@ async def test_state_dict_is_saved_as_a_folder_beside_the_config(tiny_model_path
     engine = SGLangEngine(tiny_model_path, urls=[server.url])
     try:
         state = {"lm_head.weight": torch.full((2, 3), 0.5)}
-        assert await engine.update_weights_async(state) == 1
+        assert await asyncio.to_thread(engine.update_weights, state) == 1
         pushed = server.calls[-1][1]["model_path"]
         assert (Path(pushed) / "config.json").is_file()
         assert torch.equal(load_file(str(Path(pushed) / "model.safetensors"))["lm_head.weight"], state["lm_head.weight"])
@@ -130,7 +130,7 @@ async def test_a_tied_models_state_dict_is_pushed_whole(tiny_model_path, stand_i
     server = stand_in_sglang()
     engine = SGLangEngine(tiny_model_path, urls=[server.url])
     try:
-        assert await engine.update_weights_async(state) == 1
+        assert await asyncio.to_thread(engine.update_weights, state) == 1
         saved = load_file(str(Path(server.calls[-1][1]["model_path"]) / "model.safetensors"))
         assert set(saved) == set(state)
         assert torch.equal(saved["lm_head.weight"], state["model.embed_tokens.weight"])
@@ -144,7 +144,7 @@ async def test_refused_weights_raise_and_admission_reopens(tiny_model_path, stan
     engine = SGLangEngine(tiny_model_path, urls=[server.url])
     try:
         with pytest.raises(SGLangError, match="refused the weights"):
-            await engine.update_weights_async(tmp_path)
+            await asyncio.to_thread(engine.update_weights, tmp_path)
         assert engine.weight_version == 0
         out = await asyncio.wait_for(engine.generate([1], max_tokens=1), timeout=120)
         assert out.token_ids == [4]
