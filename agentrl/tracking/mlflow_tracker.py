@@ -30,6 +30,8 @@ _TAG_VALUE_CHARS = 8000
 # custom_model_development, genai_development, finetuning, regression, classification, forecasting.)
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+# The UI's own switch to its "Model training" view (MLflow 3.17 reads it from the URL; the tag above it ignores).
+UI_TRAINING_VIEW = "workflowType=machine_learning"
 # The run description MLflow's UI shows on the run page.
 DESCRIPTION_TAG = "mlflow.note.content"
 
@@ -318,11 +320,15 @@ class MLflowTracker:
         return None
 
     def url(self) -> str | None:
-        """The run page in the MLflow UI (the default `mlflow ui` address for a local store)."""
+        """The run page in the MLflow UI (the default `mlflow ui` address for a local store), training view.
+
+        MLflow 3.17's UI picks GenAI or "Model training" from its `workflowType` URL parameter (else the toggle
+        the browser remembers, GenAI at first) and not from the experiment's kind tag, so the link names it.
+        """
         if self.run_id is None or self.experiment_id is None:
             return None
         base = self.tracking_uri if urlparse(self.tracking_uri).scheme in ("http", "https") else "http://127.0.0.1:5000"
-        return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}?{UI_TRAINING_VIEW}"
 
     def finish(self, status: str = "FINISHED") -> None:
         """Close the run (FINISHED, FAILED or KILLED)."""

@@ -186,8 +186,8 @@ def test_closing_block_reports_what_is_present(tmp_path: Path):
     assert f"run folder    {tmp_path / 'run'}" in lines
     assert f"MLflow        {uri}  experiment t  run {tracker.run_id}" in lines
     assert f"browse        mlflow ui --backend-store-uri {uri}" in lines
-    assert any(ln.strip() == f"then http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}"
-               for ln in lines)
+    page = f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}"
+    assert any(ln.strip() == f"then {page}?workflowType=machine_learning" for ln in lines)
     assert "final eval/reward  0.911 sampled, 0.960 greedy-decoded" in lines
     assert "wall time     warm start 5.4 min, training 7.5 min, eval 1.5 min (total 14.5 min)" in lines
     # Absent (or non-finite) values are skipped, not printed as nan.
