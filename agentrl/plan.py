@@ -94,6 +94,9 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # Trainers are constructed by run.py with the whole plan, so only their class is resolved here; the model
     # and the engine are made by the trainer, but a key their factories do not take fails now.
     trainer_cls = import_target(cfg.trainer, "trainer")
+    # A backend's own refusals (e.g. a setting TRL lacks) fail here too, before anything starts.
+    if callable(check := getattr(trainer_cls, "plan_problem", None)) and (problem := check(cfg)):
+        raise PlanError(problem)
     resolve_target(cfg.model, "model")
     resolve_target(cfg.inference, "inference")
     from agentrl.devices import DeviceError, check_devices  # torch loads only once a plan is built

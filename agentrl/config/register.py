@@ -30,6 +30,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "grpo": trainer.GRPOTrainerConfig,
         "sft": trainer.SFTTrainerConfig,
         "miles": trainer.MilesTrainerConfig,
+        "trl": trainer.TRLTrainerConfig,
     },
     "model": {"tiny": model.TinyModelConfig, "hf": model.HFModelConfig},
     "inference": {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -114,3 +115,35 @@ class MilesTrainerConfig(TrainerConfig):
     agent_function: str = "agentrl.agents.tool_calling.run"
     save_dir: str | None = None  # null: under the run's output folder
     extra_args: list[str] = field(default_factory=list)  # passed to Miles verbatim, last
+
+
+@dataclass
+class TRLTrainerConfig(TrainerConfig):
+    """TRL's GRPOTrainer playing our agent through its `rollout_func` (docs/trl.md); same keys as `grpo` where
+    TRL has the setting. A key TRL lacks keeps a neutral default, and another value fails when the plan is built."""
+
+    _target_: str = "agentrl.trainers.trl.TRLTrainer"
+    prompts_per_step: int = 4  # rows per step; GRPOConfig.generation_batch_size = prompts x samples
+    samples_per_prompt: int = 8  # GRPOConfig.num_generations
+    temperature: float = 1.1
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    clip_low: float = 0.2  # GRPOConfig.epsilon
+    clip_high: float = 0.2  # GRPOConfig.epsilon_high
+    kl_coef: float = 0.0  # GRPOConfig.beta (TRL keeps its own frozen reference model when > 0)
+    loss: str = "grpo"  # grpo | dapo | dr_grpo | gspo, as the built-in GRPO names them (mapped to TRL's loss_type)
+    advantage: str | None = None  # group_norm | group_mean (null: the loss's own); rloo has no TRL counterpart
+    grad_clip: float = 1.0  # GRPOConfig.max_grad_norm
+    micro_batch_samples: int = 8  # GRPOConfig.per_device_train_batch_size; accumulation makes up the rest
+    weight_decay: float = 0.0
+    # The built-in GRPO redraws rows for dropped groups; TRL's sampler cannot, so only 0 is accepted.
+    max_extra_rows: int = 0
+    drop_no_signal: bool = True  # groups of equal rewards train nothing (TRL: advantage 0 in them anyway)
+    num_processes: int = 1  # >1: `accelerate launch` with that many data-parallel processes (gloo on CPUs)
+    accelerate_config: str | None = None  # an accelerate/DeepSpeed config file for GPUs and nodes (docs/trl.md)
+    main_process_port: int = 0  # accelerate's rendezvous port; 0 picks a free one
+    checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id> (TRL's output_dir)
+    device: str = "auto"  # cpu | cuda; auto: cuda when there (accelerate places each process)
+    threads: int = 0  # torch CPU threads per process (after the warm start); 0: torch's default
+    extra_args: dict[str, Any] = field(default_factory=dict)  # more GRPOConfig fields, verbatim (names checked)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)

@@ -1,0 +1,186 @@
+"""`trainer=trl`: TRL's GRPOTrainer trains the recipe's policy, our agent plays, our evaluator scores.
+
+`fit()`: the SFT warm start (the same folder `trainer=grpo` uses), then TRL in this process
+(`trainer.num_processes=1`) or under `accelerate launch` (>1: data-parallel ranks, gloo on CPUs) running
+`trl_worker.py`. Metrics reach the run's Tracker: directly, or from rank 0's JSON Lines file, which a thread
+forwards while the workers run. At the end: the final model (logged), the reward curves, the time totals.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from agentrl.trainers.grpo import checkpoint_root
+from agentrl.trainers.plots import reward_curves
+from agentrl.trainers.trl_args import (
+    TRLConfigError,
+    check_config,
+    grpo_config_kwargs,
+    launch_command,
+    report,
+    use_cpu,
+)
+from agentrl.trainers.warm_start import warm_start_path
+
+log = logging.getLogger(__name__)
+
+
+def require_trl() -> None:
+    """TRL is an extra: say how to get it instead of an ImportError deep in the worker."""
+    try:
+        import trl  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeError("trainer=trl needs TRL: pip install -e '.[trl]'") from exc
+
+
+class MetricsForwarder:
+    """Tails rank 0's metrics file into the Tracker while the workers run (and once more at the end)."""
+
+    def __init__(self, path: Path, tracker: Any, history: dict[str, list[tuple[int, float]]]) -> None:
+        self.path, self.tracker, self.history = path, tracker, history
+        self.offset = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="agentrl-trl-metrics", daemon=True)
+
+    def _drain(self) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open() as f:
+            f.seek(self.offset)
+            while (line := f.readline()).endswith("\n"):  # a half-written last line waits for the next pass
+                self.offset = f.tell()
+                entry = json.loads(line)
+                record(entry["metrics"], int(entry["step"]), self.tracker, self.history)
+
+    def _loop(self) -> None:
+        while not self.stop.wait(1.0):
+            self._drain()
+
+    def __enter__(self) -> MetricsForwarder:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self._drain()
+
+
+def record(metrics: dict[str, float], step: int, tracker: Any, history: dict[str, list[tuple[int, float]]]) -> None:
+    """Log one step's metrics and keep the reward curves' points."""
+    tracker.log(metrics, step=step)
+    for key in history:
+        if key in metrics:
+            history[key].append((step, float(metrics[key])))
+
+
+class TRLTrainer:
+    """TRL's GRPOTrainer behind agentrl's trainer interface (see the module docstring)."""
+
+    def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
+        self.cfg, self.plan, self.tracker = cfg, plan, tracker
+        try:
+            check_config(cfg)
+        except TRLConfigError as err:
+            raise SystemExit(f"agentrl: {err}") from None
+        self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
+
+    @classmethod
+    def plan_problem(cls, cfg: DictConfig) -> str | None:
+        """Why this config cannot run under TRL (None: it can); the plan refuses it before anything starts."""
+        try:
+            check_config(cfg)
+        except TRLConfigError as err:
+            return str(err)
+        return None
+
+    @classmethod
+    def dry_run_report(cls, cfg: DictConfig, plan: Any) -> str:
+        """The exact GRPOConfig and launch command `fit()` would use."""
+        try:
+            check_config(cfg)
+        except TRLConfigError as err:
+            raise SystemExit(f"agentrl: {err}") from None
+        run_dir = Path(plan.run_dir)
+        kwargs = grpo_config_kwargs(cfg, output_dir=checkpoint_root(cfg, "<mlflow-run-id>"), cpu=use_cpu(cfg))
+        multi = int(cfg.trainer.num_processes) > 1
+        lines = [report(kwargs, launch_command(cfg, run_dir / "trl_spec.json") if multi else None),
+                 "rollout_func: agentrl.trainers.trl_worker.Bridge (agent "
+                 f"{plan.choices.get('agent')}, reward {plan.choices.get('reward')}, max_turns={cfg.agent.max_turns})",
+                 f"eval: agentrl's evaluator on split {cfg.env.eval_split} (limit {cfg.trainer.eval_limit}) before "
+                 f"step 1, every {cfg.trainer.eval_every} steps and after the last"]
+        try:
+            require_trl()
+        except RuntimeError as err:
+            lines.append(f"warning: before the real run, {err}")
+        return "\n".join(lines)
+
+    def fit(self) -> dict[str, float]:
+        """Warm start, then TRL; returns the final metrics (their `eval/reward` is the objective)."""
+        require_trl()
+        cfg = self.cfg
+        started = time.monotonic()
+        start_path = warm_start_path(cfg, self.plan, self.tracker)
+        warm_s = time.monotonic() - started
+        run_dir = Path(self.plan.run_dir)
+        output_dir = checkpoint_root(cfg, self.tracker.run_id)
+        self.tracker.set_tags({"agentrl.backend": "trl", "agentrl.trl.num_processes": int(cfg.trainer.num_processes)})
+        try:
+            if int(cfg.trainer.num_processes) > 1:
+                final = self._launch(start_path, run_dir, output_dir)
+            else:
+                from agentrl.trainers.trl_worker import train
+
+                final = train(cfg, self.plan, start_path=start_path, output_dir=str(output_dir), run_dir=str(run_dir),
+                              sink=lambda m, step: record(m, step, self.tracker, self.history))
+            folder = run_dir / "final_model"
+            if folder.is_dir() and hasattr(self.tracker, "log_model"):
+                self.tracker.log_model(folder)
+        finally:
+            self._plot(run_dir)
+        final.pop("history", None)
+        final["time/warm_start_total_s"] = warm_s
+        return {k: float(v) for k, v in final.items() if isinstance(v, int | float)}
+
+    def _launch(self, start_path: str, run_dir: Path, output_dir: Path) -> dict[str, Any]:
+        """Run the workers under `accelerate launch`; forward rank 0's metrics; return its final metrics."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        metrics_path, final_path = run_dir / "trl_metrics.jsonl", run_dir / "trl_final.json"
+        metrics_path.unlink(missing_ok=True)
+        final_path.unlink(missing_ok=True)
+        spec = {"config": OmegaConf.to_container(self.cfg, resolve=True), "start_path": start_path,
+                "output_dir": str(output_dir), "run_dir": str(run_dir), "metrics_path": str(metrics_path),
+                "final_path": str(final_path)}
+        spec_path = run_dir / "trl_spec.json"
+        spec_path.write_text(json.dumps(spec))
+        command = launch_command(self.cfg, spec_path)
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])  # the checkout, for workers started from another folder
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        threads = int(self.cfg.trainer.get("threads") or 0)
+        env.setdefault("OMP_NUM_THREADS", str(threads or 1))  # torchrun's default otherwise warns and picks 1
+        print(f"trl: launching {int(self.cfg.trainer.num_processes)} processes: {' '.join(command)}", flush=True)
+        with MetricsForwarder(metrics_path, self.tracker, self.history):
+            done = subprocess.run(command, env=env, cwd=run_dir)
+        if done.returncode != 0:
+            raise RuntimeError(f"trainer=trl: the accelerate workers exited with {done.returncode} (their output "
+                               "is above)")
+        if not final_path.is_file():
+            raise RuntimeError(f"trainer=trl: rank 0 wrote no final metrics ({final_path})")
+        return json.loads(final_path.read_text())
+
+    def _plot(self, run_dir: Path) -> None:
+        try:
+            path = reward_curves(self.history, run_dir / "reward_curves.png", title=self.cfg.task_name)
+            self.tracker.log_artifact(path, "plots")
+        except Exception:  # noqa: BLE001 - a missing figure must not fail a finished run
+            log.exception("could not draw the reward curves")

@@ -1,0 +1,195 @@
+"""`trainer=trl`'s pure mapping: our typed config -> TRL's `GRPOConfig` keyword arguments and the launch command.
+
+Nothing here starts anything; `check_config` is what the plan calls (a setting TRL lacks fails there, named),
+`grpo_config_kwargs` what the worker hands to `trl.GRPOConfig`, `launch_command` what `num_processes > 1` runs.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# Our loss names -> TRL 1.16's (loss_type, importance_sampling_level) (trl/trainer/grpo_trainer.py `_compute_loss`).
+# The built-in grpo and dapo losses sum over every model token of the step and divide by their count: TRL's
+# "dapo" normalization; gspo's one ratio per sequence is TRL's sequence-level importance sampling.
+LOSSES = {"grpo": ("dapo", "token"), "dapo": ("dapo", "token"), "dr_grpo": ("dr_grpo", "token"),
+          "gspo": ("grpo", "sequence")}
+# Our advantages -> TRL's scale_rewards (both subtract the group mean; group_norm also divides by its std).
+ADVANTAGES = {"group_norm": "group", "group_mean": "none"}
+WORKER_MODULE = "agentrl.trainers.trl_worker"
+
+# Settings of ours that TRL's GRPOTrainer has no counterpart for: the only value accepted, and why.
+LACKS: dict[str, tuple[Any, str]] = {
+    "max_extra_rows": (0, "TRL's sampler fixes a step's rows before they are played, so it cannot draw "
+                          "replacement rows for dropped groups (the built-in GRPO's max_extra_rows)"),
+    "resume": (False, "trainer=trl does not resume yet: TRL's resume_from_checkpoint restores its own "
+                      "checkpoint, but not agentrl's MLflow run or the eval history; start a new run"),
+}
+# GRPOConfig fields that agentrl sets itself; extra_args may not override them.
+OWNED = ("output_dir", "num_generations", "generation_batch_size", "per_device_train_batch_size",
+         "gradient_accumulation_steps", "max_steps", "learning_rate", "temperature", "report_to", "use_vllm",
+         "loss_type", "importance_sampling_level", "scale_rewards", "epsilon", "epsilon_high", "beta")
+
+
+class TRLConfigError(ValueError):
+    """A setting `trainer=trl` cannot honour; the message names the key."""
+
+
+def batch_layout(cfg: Any) -> dict[str, int]:
+    """Completions per step and how they split: per process, per micro-batch, accumulation steps."""
+    t = cfg.trainer
+    total = int(t.prompts_per_step) * int(t.samples_per_prompt)
+    procs = int(t.num_processes)
+    if procs < 1:
+        raise TRLConfigError(f"trainer.num_processes must be at least 1, not {procs}")
+    if total % procs:
+        raise TRLConfigError(f"trainer.num_processes={procs} must divide prompts_per_step x samples_per_prompt "
+                             f"= {total} (each process plays an equal share of the step's completions)")
+    per_proc = total // procs
+    micro = min(int(t.micro_batch_samples), per_proc)
+    if micro < 1 or per_proc % micro:
+        raise TRLConfigError(f"trainer.micro_batch_samples={t.micro_batch_samples} must divide the "
+                             f"{per_proc} completions each of the {procs} processes trains on per step")
+    return {"total": total, "per_process": per_proc, "micro": micro, "accumulation": per_proc // micro}
+
+
+def check_config(cfg: Any) -> None:
+    """Refuse what TRL lacks or `trainer=trl` cannot run, naming the key (called when the plan is built)."""
+    t = cfg.trainer
+    for key, (accepted, why) in LACKS.items():
+        if t.get(key) != accepted:
+            raise TRLConfigError(f"trainer.{key}={t.get(key)} has no counterpart in TRL's GRPOTrainer "
+                                 f"(only {accepted} is accepted): {why}")
+    if int(t.samples_per_prompt) < 2:
+        raise TRLConfigError("trainer.samples_per_prompt must be at least 2: GRPO compares samples within a group")
+    if t.loss not in LOSSES:
+        raise TRLConfigError(f"trainer.loss={t.loss!r}: TRL runs {', '.join(LOSSES)}")
+    if advantage(cfg) not in ADVANTAGES:
+        raise TRLConfigError(f"trainer.advantage={t.advantage} has no counterpart in TRL's GRPOTrainer (it has "
+                             f"{', '.join(ADVANTAGES)}; RLOO is a separate TRL trainer)")
+    roles = cfg.agent.get("roles") or []
+    if roles:
+        # rollout_func returns exactly one completion per prompt slot; a multi-role play yields several sessions.
+        raise TRLConfigError(f"agent: {len(roles)} roles ({', '.join(r.name for r in roles)}) play several "
+                             "sessions per episode, but TRL's rollout_func takes one completion per prompt slot; "
+                             "trainer=trl runs single-session agents (agent=tool_calling)")
+    if not t.get("drop_no_signal", True):
+        raise TRLConfigError("trainer.drop_no_signal=false has no counterpart in TRL: a group of equal rewards "
+                             "always has advantage 0 there")
+    batch_layout(cfg)
+    unknown = sorted(set(t.extra_args) - set(grpo_config_fields()))
+    if unknown:
+        raise TRLConfigError(f"trainer.extra_args: {', '.join(unknown)} are not GRPOConfig fields (TRL 1.16)")
+    owned = sorted(set(t.extra_args) & set(OWNED))
+    if owned:
+        raise TRLConfigError(f"trainer.extra_args: {', '.join(owned)} are set from agentrl's keys; set those")
+
+
+def advantage(cfg: Any) -> str:
+    """`trainer.advantage`, or the loss's own when null (Dr. GRPO drops the std normalization)."""
+    t = cfg.trainer
+    return str(t.advantage) if t.get("advantage") else ("group_mean" if t.loss == "dr_grpo" else "group_norm")
+
+
+def grpo_config_fields() -> list[str]:
+    """The field names of the installed `trl.GRPOConfig` (empty when TRL is not installed)."""
+    import dataclasses
+
+    try:
+        from trl import GRPOConfig
+    except ImportError:
+        return []
+    return [f.name for f in dataclasses.fields(GRPOConfig)]
+
+
+def use_cpu(cfg: Any) -> bool:
+    """Train on CPUs: `trainer.device=cpu`, or `auto` on a machine without CUDA."""
+    want = str(cfg.trainer.get("device") or "auto")
+    if want != "auto":
+        return want == "cpu"
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def grpo_config_kwargs(cfg: Any, *, output_dir: str | Path, cpu: bool) -> dict[str, Any]:
+    """The keyword arguments for `trl.GRPOConfig`: every mapped setting, then `trainer.extra_args`."""
+    t, agent = cfg.trainer, cfg.agent
+    layout = batch_layout(cfg)
+    max_turns = int(agent.max_turns)
+    per_turn = int(agent.get("max_response_tokens") or 512)
+    ckpt = int(t.checkpoint_every)
+    kwargs: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "max_steps": int(t.steps),
+        "learning_rate": float(t.lr),
+        "lr_scheduler_type": "constant",  # the built-in GRPO's AdamW runs at a constant lr
+        "warmup_steps": 0,
+        "optim": "adamw_torch",
+        "weight_decay": float(t.weight_decay),
+        "max_grad_norm": float(t.grad_clip),
+        "num_generations": int(t.samples_per_prompt),
+        "generation_batch_size": layout["total"],
+        "per_device_train_batch_size": layout["micro"],
+        "gradient_accumulation_steps": layout["accumulation"],
+        "num_iterations": 1,  # one update per generation batch: on-policy, as the built-in GRPO
+        "temperature": float(t.temperature),
+        "top_p": float(t.top_p),
+        "top_k": int(t.top_k),
+        "epsilon": float(t.clip_low),
+        "epsilon_high": float(t.clip_high),
+        "beta": float(t.kl_coef),
+        "loss_type": LOSSES[t.loss][0],
+        "importance_sampling_level": LOSSES[t.loss][1],
+        "scale_rewards": ADVANTAGES[advantage(cfg)],
+        # Our agent plays every turn (and stops at agent.max_turns); these two only size TRL's bookkeeping:
+        # dr_grpo's normalizer is the longest completion, which holds at most max_turns model replies.
+        "max_completion_length": per_turn * max_turns,
+        "max_tool_calling_iterations": max_turns,
+        "shuffle_dataset": False,  # the dataset is already in the built-in trainer's seeded row order
+        "seed": int(cfg.seed),
+        "use_cpu": bool(cpu),
+        "bf16": not cpu,
+        "eval_strategy": "no",  # agentrl's evaluator plays the eval split (a callback), as for the other backends
+        "save_strategy": "steps" if ckpt > 0 else "no",
+        "logging_steps": 1,
+        "report_to": [],  # TRL's logs reach MLflow through agentrl's Tracker (a callback), not TRL's MLflow hook
+        "use_vllm": False,
+        "log_completions": False,
+        "remove_unused_columns": False,
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,
+    }
+    if ckpt > 0:
+        kwargs.update(save_steps=ckpt, save_total_limit=int(t.keep_checkpoints))
+    kwargs.update(dict(t.extra_args))
+    return kwargs
+
+
+def launch_command(cfg: Any, spec_path: str | Path) -> list[str]:
+    """`accelerate launch` for `num_processes` data-parallel workers (CPUs: torchrun-style ranks, gloo)."""
+    t = cfg.trainer
+    cmd = [sys.executable, "-m", "accelerate.commands.launch"]
+    if t.get("accelerate_config"):
+        cmd += ["--config_file", str(t.accelerate_config)]
+    else:
+        # --multi_gpu only selects the torchrun launcher; with use_cpu accelerate then picks MULTI_CPU + gloo.
+        cmd += ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    cmd += ["--num_processes", str(int(t.num_processes)), "--main_process_port", str(int(t.main_process_port)),
+            "-m", WORKER_MODULE, str(spec_path)]
+    return cmd
+
+
+def report(kwargs: Mapping[str, Any], command: list[str] | None) -> str:
+    """The dry run's text: the exact GRPOConfig and how it is launched."""
+    lines = ["trl: GRPOConfig("]
+    lines += [f"    {k}={v!r}," for k, v in kwargs.items()]
+    lines.append(")")
+    if command:
+        lines.append("launch: " + shlex.join(command))
+    else:
+        lines.append(f"launch: in this process (trainer.num_processes=1): {WORKER_MODULE}.train(spec)")
+    return "\n".join(lines)

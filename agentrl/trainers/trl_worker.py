@@ -1,0 +1,302 @@
+"""One `trainer=trl` process: TRL's `GRPOTrainer` whose `rollout_func` plays our agent through our services.
+
+Every process (one, or each accelerate rank) starts its own engine + session server + env server on the
+start folder (`services.py`), so generation is our embedded engine (transformers) and a rollout is the same
+`RolloutRunner` play as under `trainer=grpo`: the agent's tool loop, the env server, the reward group. Before a
+step's plays the engine gets TRL's current weights (as TRL syncs vLLM). A play's recorded session becomes
+TRL's (prompt_ids, completion_ids, logprobs, env_mask): the first turn's prompt, then everything after it with
+mask 1 on model tokens and 0 on tool/user tokens; its reward reaches TRL through a reward function that
+returns it. Rank 0 runs agentrl's evaluator and sends every metric to a sink (the Tracker, or a JSON Lines
+file the parent forwards). `python -m agentrl.trainers.trl_worker SPEC` is what `accelerate launch` starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from agentrl.agents.record import Rollout
+from agentrl.devices import set_threads
+from agentrl.rewards import FAILED, group_drop_reason
+from agentrl.trainers.evaluate import evaluate
+from agentrl.trainers.grpo import RowStream, rollout_metrics
+from agentrl.trainers.rollout import make_row
+from agentrl.trainers.services import start_services
+from agentrl.trainers.trl_args import grpo_config_kwargs, use_cpu
+
+log = logging.getLogger(__name__)
+Sink = Callable[[dict[str, float], int], None]
+INDEX_KEY = "agentrl_index"  # carried in every prompt message: rollout_func receives only the prompts
+# TRL's log keys that mean what one of ours means (TRL's own names are kept beside, under trl/).
+SAME_MEANING = {"loss": "train/loss", "grad_norm": "train/grad_norm", "kl": "train/kl",
+                "clip_ratio/region_mean": "train/clip_fraction"}
+
+
+def train_dataset(cfg: DictConfig, bundle: Any) -> Any:
+    """The step's rows in the built-in trainer's seeded order (`RowStream`), `steps x prompts_per_step` of them."""
+    from datasets import Dataset
+
+    split, t = cfg.env.train_split, cfg.trainer
+    stream = RowStream(bundle.splits()[split], int(cfg.seed))
+    rows = []
+    for _ in range(int(t.steps) * int(t.prompts_per_step)):
+        index = stream.next()
+        messages = make_row(bundle, split, index, "", {})["messages"]
+        rows.append({"prompt": [{**m, INDEX_KEY: index} for m in messages]})
+    return Dataset.from_list(rows)
+
+
+def agentrl_reward(prompts: list[Any], completions: list[Any], reward: list[float], **_: Any) -> list[float]:
+    """The reward our reward group gave each play (rollout_func's `reward` field)."""
+    return [float(r) for r in reward]
+
+
+class Bridge:
+    """The rollout function TRL calls, the weight sync, the evaluator and the metrics of a step."""
+
+    def __init__(self, cfg: DictConfig, plan: Any, services: Any, tokenizer: Any, sink: Sink | None) -> None:
+        self.cfg, self.plan, self.services, self.tokenizer, self.sink = cfg, plan, services, tokenizer, sink
+        self.t = cfg.trainer
+        self.synced_step = 0  # the engine holds the start folder, which is TRL's step-0 model
+        self.calls = 0
+        self.step_metrics: dict[str, float] = {}
+        self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
+        self.times: Counter[str] = Counter()
+
+    # --------------------------------------------------------------- weights
+
+    def sync(self, trainer: Any) -> float:
+        """Copy TRL's current weights into this process's engine once per optimizer step; returns the seconds."""
+        if trainer.state.global_step == self.synced_step:
+            return 0.0
+        started = time.monotonic()
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        self.services.engine.update_weights({k: v.detach() for k, v in model.state_dict().items()})
+        self.synced_step = trainer.state.global_step
+        return time.monotonic() - started
+
+    # --------------------------------------------------------------- rollouts
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        """TRL's `rollout_func`: one play of our agent per prompt slot, in slot order."""
+        push_s = self.sync(trainer)
+        started = time.monotonic()
+        rank, step = trainer.accelerator.process_index, trainer.state.global_step + 1
+        slots = [int(p[0][INDEX_KEY]) for p in prompts]
+        counts = Counter(slots)  # a row's slots on this process (its group may be split across processes)
+        svc, split = self.services, self.cfg.env.train_split
+        kwargs: dict[str, Any] = {"temperature": float(self.t.temperature), "top_p": float(self.t.top_p),
+                                  "chat_template_kwargs": {"enable_thinking": False}}
+        if int(self.t.top_k) > 0:
+            kwargs["top_k"] = int(self.t.top_k)
+
+        async def play_all() -> list[list[Rollout]]:
+            rows = [make_row(self.plan.bundle, split, i, svc.env_url, svc.env_settings) for i in counts]
+            return list(await asyncio.gather(*(
+                svc.runner.play_row(row, n, request_kwargs=kwargs, seed_parts=(self.cfg.seed, step, rank, self.calls))
+                for row, n in zip(rows, counts.values(), strict=True))))
+
+        self.calls += 1
+        groups = asyncio.run(play_all())
+        queues = {i: list(g) for i, g in zip(counts, groups, strict=True)}
+        dropped = Counter(reason for g in groups if (reason := group_drop_reason(
+            g, drop_no_signal=bool(self.t.drop_no_signal))) is not None)
+        masked = {id(r) for g in groups if group_drop_reason(g, drop_no_signal=False) == FAILED for r in g}
+        out: dict[str, list[Any]] = defaultdict(list)
+        for index in slots:
+            rollout = queues[index].pop(0)
+            for key, value in self._completion(rollout, train=id(rollout) not in masked).items():
+                out[key].append(value)
+        seconds = time.monotonic() - started
+        self._rollout_metrics(trainer, [r for g in groups for r in g], dropped, len(counts), sum(map(sum, out["env_mask"])),
+                              seconds, push_s)
+        return dict(out)
+
+    def _completion(self, rollout: Rollout, *, train: bool) -> dict[str, Any]:
+        """A play's sample as TRL's fields; a failed group's samples train nothing (mask 0), as if dropped."""
+        sample = rollout.sample
+        if sample is None or not sample.token_ids:
+            # Nothing was recorded (the play failed before the model's first turn): TRL needs a non-empty
+            # completion, so the prompt as the template renders it and one end token, masked out, reward 0.
+            row = rollout.row
+            prompt = self.tokenizer.apply_chat_template(row["messages"], tools=row["metadata"].get("tools"),
+                                                        add_generation_prompt=True, tokenize=True,
+                                                        enable_thinking=False)
+            prompt = list(prompt["input_ids"] if isinstance(prompt, dict) else prompt)
+            return {"prompt_ids": prompt, "completion_ids": [self.tokenizer.eos_token_id], "logprobs": [0.0],
+                    "env_mask": [0], "reward": float(rollout.reward)}
+        cut = sample.prompt_length
+        mask = [int(m) if train else 0 for m in sample.loss_mask[cut:]]
+        return {"prompt_ids": list(sample.token_ids[:cut]), "completion_ids": list(sample.token_ids[cut:]),
+                "logprobs": [float(x) for x in sample.rollout_logprobs[cut:]], "env_mask": mask,
+                "reward": float(rollout.reward)}
+
+    def _rollout_metrics(self, trainer: Any, seen: list[Rollout], dropped: Counter[str], rows: int,
+                         trained_tokens: int, generate_s: float, push_s: float) -> None:
+        """The built-in trainer's rollout metrics over every process's plays (gathered; all ranks call this)."""
+        from accelerate.utils import gather_object
+
+        light = [dataclasses.replace(r, row={}, sample=None, details={}) for r in seen]
+        tokens = [r.model_tokens for r in seen]  # read before the sample is dropped
+        parts = gather_object([(light, tokens, dict(dropped), rows, trained_tokens)])
+        everyone = [r for part in parts for r in part[0]]
+        metrics = rollout_metrics(everyone)
+        metrics["rollout/model_tokens"] = float(sum(sum(part[1]) for part in parts))
+        drops: Counter[str] = Counter()
+        for part in parts:
+            drops.update(part[2])
+        metrics.update({"rollout/groups_dropped": float(sum(drops.values())),
+                        "rollout/rows_drawn": float(sum(p[3] for p in parts)),
+                        "train/tokens": float(sum(p[4] for p in parts))})
+        metrics.update({f"rollout/groups_dropped/{k}": float(v) for k, v in drops.items()})
+        metrics["rollout/groups_kept"] = metrics["rollout/rows_drawn"] - metrics["rollout/groups_dropped"]
+        metrics.update({"time/generate_s": generate_s, "time/weight_push_s": push_s,
+                        "perf/generate_tokens_per_s": metrics["rollout/model_tokens"] / max(generate_s, 1e-9)})
+        self.step_metrics = metrics
+
+    # --------------------------------------------------------------- eval
+
+    def evaluate(self, trainer: Any | None, step: int, *, greedy: bool = False) -> dict[str, float]:
+        """agentrl's evaluator on the eval split with TRL's current weights (rank 0 only)."""
+        if trainer is not None:
+            self.sync(trainer)
+        started = time.monotonic()
+        metrics, _ = evaluate(self.services, self.plan.bundle, self.cfg.env.eval_split, limit=self.t.eval_limit,
+                              temperature=0.0 if greedy else float(self.t.temperature), top_p=float(self.t.top_p),
+                              seed_parts=(self.cfg.seed, step), prefix="eval_greedy" if greedy else "eval", step=step)
+        seconds = time.monotonic() - started
+        self.times["eval"] += seconds
+        if not greedy:
+            metrics["time/eval_s"] = seconds
+            self.history["eval/reward"].append((step, metrics["eval/reward"]))
+        return metrics
+
+
+def make_callback(bridge: Bridge, trainer_ref: list[Any]) -> Any:
+    """A TrainerCallback: step timing, our evals on their cadence, and TRL's logs forwarded with ours."""
+    from transformers import TrainerCallback
+
+    class AgentrlCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.started = 0.0
+            self.pending: dict[str, float] = {}
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            self.started = time.monotonic()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            step, t = state.global_step, bridge.t
+            metrics = dict(bridge.step_metrics)
+            step_s = time.monotonic() - self.started
+            bridge.times["train"] += step_s
+            gen, push = metrics.get("time/generate_s", 0.0), metrics.get("time/weight_push_s", 0.0)
+            metrics.update({"time/step_s": step_s, "time/train_s": max(step_s - gen - push, 0.0)})
+            metrics["perf/train_tokens_per_s"] = metrics.get("train/tokens", 0.0) / max(metrics["time/train_s"], 1e-9)
+            if "train/reward" in metrics:
+                bridge.history["train/reward"].append((step, metrics["train/reward"]))
+            if state.is_world_process_zero and (step == int(t.steps) or (int(t.eval_every)
+                                                                         and step % int(t.eval_every) == 0)):
+                metrics.update(bridge.evaluate(trainer_ref[0], step))
+            self.pending = metrics
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
+            if not state.is_world_process_zero or bridge.sink is None:
+                return
+            numbers = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
+            metrics = {f"trl/{k}": v for k, v in numbers.items()}
+            metrics.update({ours: numbers[k] for k, ours in SAME_MEANING.items() if k in numbers})
+            metrics.update(self.pending)
+            self.pending = {}
+            bridge.sink(metrics, state.global_step)
+
+    return AgentrlCallback()
+
+
+def weight_digest(model: torch.nn.Module) -> dict[str, list[float]]:
+    """Per-tensor (sum, sum of squares) of a model's weights: what two ranks compare after training."""
+    return {k: [float(v.double().sum()), float(v.double().pow(2).sum())] for k, v in model.state_dict().items()}
+
+
+def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_dir: str,
+          sink: Sink | None) -> dict[str, Any]:
+    """Train with TRL from `start_path`; rank 0 returns the final metrics (every rank writes its weight digest)."""
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.manual_seed(int(cfg.seed))
+    threads = set_threads(cfg)
+    cpu = use_cpu(cfg)
+    args = GRPOConfig(**grpo_config_kwargs(cfg, output_dir=output_dir, cpu=cpu))
+    rank = args.process_index
+    log.info("TRL: process %d of %d, %d torch threads, cpu=%s", rank, args.world_size, threads, cpu)
+    tokenizer = AutoTokenizer.from_pretrained(start_path, local_files_only=True)
+    tokenizer.padding_side = "left"
+    services = start_services(cfg, plan, start_path)
+    bridge = Bridge(cfg, plan, services, tokenizer, sink if rank == 0 else None)
+    final: dict[str, Any] = {}
+    try:
+        trainer_ref: list[Any] = []
+        trainer = GRPOTrainer(model=start_path, reward_funcs=[agentrl_reward], args=args,
+                              train_dataset=train_dataset(cfg, plan.bundle), processing_class=tokenizer,
+                              callbacks=[make_callback(bridge, trainer_ref)], rollout_func=bridge)
+        trainer_ref.append(trainer)
+        if rank == 0 and sink is not None:
+            sink(bridge.evaluate(None, 0), 0)  # the start folder, before any step (as trainer=grpo)
+        trainer.train()
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(run_dir) / f"trl_rank{rank}_weights.json").write_text(json.dumps(weight_digest(model)))
+        if trainer.accelerator.is_main_process:
+            steps = int(cfg.trainer.steps)
+            greedy = bridge.evaluate(trainer, steps, greedy=True)
+            if sink is not None:
+                sink(greedy, steps)
+            final = {**bridge.step_metrics, **greedy}
+            if bridge.history["eval/reward"]:
+                final["eval/reward"] = bridge.history["eval/reward"][-1][1]
+            final["time/train_total_s"] = bridge.times["train"]
+            final["time/eval_total_s"] = bridge.times["eval"]
+            folder = Path(run_dir) / "final_model"
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            final["history"] = bridge.history
+        trainer.accelerator.wait_for_everyone()
+    finally:
+        services.close()
+    return final
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The accelerate entry: read the spec the parent wrote, train, rank 0 writes metrics and the final result."""
+    from hydra.utils import instantiate
+
+    spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
+    cfg = OmegaConf.create(spec["config"])
+    plan = SimpleNamespace(bundle=instantiate(cfg.env), agent=instantiate(cfg.agent), reward=instantiate(cfg.reward))
+    metrics_path = Path(spec["metrics_path"])
+
+    def to_file(metrics: dict[str, float], step: int) -> None:
+        with metrics_path.open("a") as f:  # one line per call; the parent tails this file into the Tracker
+            f.write(json.dumps({"step": step, "metrics": metrics}) + "\n")
+
+    final = train(cfg, plan, start_path=spec["start_path"], output_dir=spec["output_dir"], run_dir=spec["run_dir"],
+                  sink=to_file)
+    if final:
+        Path(spec["final_path"]).write_text(json.dumps(final))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    main()
