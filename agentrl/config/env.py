@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -47,3 +48,28 @@ class ArithEnvConfig(EnvConfig):
     data_file: str | None = None
     prompt_key: str = "prompt"
     label_key: str = "label"
+
+
+@dataclass
+class OpenEnvEnvConfig(EnvConfig):
+    """An OpenEnv server someone else wrote (openenv-core's app or any server speaking the protocol)."""
+
+    bundle: str = "openenv"
+    url: str | None = None  # the remote server's base URL (http://host:port); required, checked at plan time
+    # The *name* of the environment variable holding the remote server's bearer token.
+    token_var: str | None = None
+    # null: discover the MCP tools; a list of names keeps those; a list of tool schemas is used as given.
+    tools: list[Any] | None = None
+    mode: str = "auto"  # auto | tools (MCP tools) | actions (one tool taking the typed step action)
+    action_tool: str = "act"  # the tool's name in actions mode (not step: OpenEnv reserves it)
+    tasks: str | None = None  # JSONL of {split, prompt, system_prompt, reset, task_id}; null: seeds
+    train_size: int = 64
+    eval_size: int = 32
+    seed: int = 0  # train resets take seed..seed+train_size-1, eval resets the next eval_size seeds
+    seed_key: str = "seed"  # the reset keyword the seed goes in
+    prompt: str = ""  # put before the reset observation in every task's prompt (a task's own prompt wins)
+    system_prompt: str = "You act in an environment through its tools. Call them until the task is done."
+    reward_mode: str = "last"  # last: the env's last reward; sum: the sum of its rewards
+    connect_timeout: float = 10.0  # seconds the plan-time probe of env.url may take
+    step_timeout: float = 60.0  # seconds one remote reset or step may take
+    room_timeout: float = 120.0  # seconds an episode waits while the remote server is at capacity

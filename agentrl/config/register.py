@@ -14,7 +14,8 @@ from agentrl.config.validate import install_compose_check
 
 # group -> option -> schema. Each conf/<group>/<option>.yaml extends /schema/<group>/<option>.
 SCHEMAS: dict[str, dict[str, type]] = {
-    "env": {"gridsim": env.GridSimEnvConfig, "arith": env.ArithEnvConfig, "custom": env.EnvConfig},
+    "env": {"gridsim": env.GridSimEnvConfig, "arith": env.ArithEnvConfig, "custom": env.EnvConfig,
+            "openenv": env.OpenEnvEnvConfig},
     "agent": {
         "tool_calling": agent.ToolCallingAgentConfig,
         "co_evolution": agent.CoEvolutionAgentConfig,

@@ -34,6 +34,12 @@ from agentrl.envs.task import Bundle, TaskInfo
 
 MANIFEST = "bundle.json"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "bundles"
+# Bundles made from a remote server or a library rather than a folder: name -> "module:factory", the factory
+# taking the options (and train_split, eval_split) as keywords. `load_bundle(name, ...)` builds them, so their
+# `spec()` rebuilds them anywhere, as a folder's does.
+GENERATED: dict[str, str] = {
+    "openenv": "agentrl.envs.openenv_remote:make_bundle",
+}
 
 
 class BundleError(ValueError):
@@ -130,6 +136,8 @@ def load_bundle(bundle: str, train_split: str = "train", eval_split: str = "eval
     TypeError; a missing or altered data file raises BundleError (a ValueError).
     """
     del server  # the server's settings, not the bundle's
+    if bundle in GENERATED:
+        return _import_kind(GENERATED[bundle])(train_split=train_split, eval_split=eval_split, **options)
     folder = bundle_folder(bundle)
     manifest = read_manifest(folder)
     cls = _import_kind(manifest["kind"])
