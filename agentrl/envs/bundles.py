@@ -7,7 +7,8 @@ A bundle folder holds `bundle.json` and its data files (JSON Lines, optionally g
      "toolsets": {"default": ["submit_schedule"]},
      "files": {"train.jsonl.gz": "<sha256 hex>", ...}, ...}
 
-`kind` names the class that serves the folder (`module:Class`); it must subclass `FolderBundle` or at
+`kind` names the class that serves the folder (`module:Class`, or `file.py:Class` for a module file inside the
+folder); it must subclass `FolderBundle` or at
 least offer `OPTIONS` (option name -> default) and `from_folder(folder, manifest, source=..., train_split=...,
 eval_split=..., **options)`. Loading checks every data file's sha256 against the manifest first.
 
@@ -118,13 +119,37 @@ def write_jsonl_gz(path: Path, rows: Iterable[Mapping[str, Any]]) -> str:
     return hashlib.sha256(buf.getvalue()).hexdigest()
 
 
-def _import_kind(kind: str) -> type:
+def _import_kind(kind: str, folder: Path | None = None) -> type:
     module_name, _, attr = kind.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        if module_name.endswith(".py") and folder is not None:
+            module = _import_file(folder / module_name)  # a bundle folder's own code (`new` makes one)
+        else:
+            module = importlib.import_module(module_name)
         return getattr(module, attr) if attr else module.BUNDLE_CLASS
     except (ImportError, AttributeError) as e:
         raise BundleError(f"bundle kind {kind!r} cannot be imported: {e}") from e
+
+
+def _import_file(path: Path) -> Any:
+    """Import a bundle folder's own module file once (named after its folder so two folders never clash)."""
+    import importlib.util
+    import sys
+
+    name = f"agentrl_bundle_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before exec: dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def load_bundle(bundle: str, train_split: str = "train", eval_split: str = "eval",
@@ -140,7 +165,7 @@ def load_bundle(bundle: str, train_split: str = "train", eval_split: str = "eval
         return _import_kind(GENERATED[bundle])(train_split=train_split, eval_split=eval_split, **options)
     folder = bundle_folder(bundle)
     manifest = read_manifest(folder)
-    cls = _import_kind(manifest["kind"])
+    cls = _import_kind(manifest["kind"], folder)
     allowed = dict(getattr(cls, "OPTIONS", {}))
     unknown = sorted(set(options) - set(allowed))
     if unknown:
