@@ -197,8 +197,9 @@ def test_fit_refuses_without_miles_or_gpus(monkeypatch):
 def normalize(text: str, home: Path, model: Path) -> str:
     spec = importlib.util.find_spec("miles_tito_tokenizers")
     templates = str(Path(list(spec.submodule_search_locations)[0]) / "templates")
-    for old, new in ((templates, "<miles_tito_tokenizers>/templates"), (str(model), "<model>"), (str(home), "<home>"),
-                     (project_root(), "<repo>"), (sys.executable, "<python>")):
+    # The interpreter first: in a venv inside the checkout (scripts/test.sh's .venv) its path starts with the repo's.
+    for old, new in ((sys.executable, "<python>"), (templates, "<miles_tito_tokenizers>/templates"),
+                     (str(model), "<model>"), (str(home), "<home>"), (project_root(), "<repo>")):
         text = text.replace(old, new)
     return re.sub(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", "<time>", text)
 
