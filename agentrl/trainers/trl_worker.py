@@ -299,4 +299,5 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per chat turn would drown the output
     main()

@@ -1,0 +1,152 @@
+"""`trainer=trl` for real: TRL's GRPOTrainer through the CLI, one process and two (accelerate, gloo), the
+GRPOConfig mapping, and the refusals at plan time. The tiny model's warm start (150 SFT steps) is made once
+and shared, so sampled plays at T=0.6 score unequally and a step has a gradient to agree on."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["+recipe=gridsim_grpo", "trainer=trl", "trainer.prompts_per_step=4", "trainer.samples_per_prompt=4",
+         "trainer.temperature=0.6", "trainer.eval_limit=8", "trainer.eval_every=1", "trainer.checkpoint_every=0",
+         "trainer.warm_start.steps=150", "trainer.warm_start.batch_samples=8", "model.hidden_size=32",
+         "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1", "model.intermediate_size=64",
+         "model.vocab_size=1024"]
+REQUIRED = ["train/reward", "eval/reward", "eval/reward_stderr", "eval/zero_share", "eval_greedy/reward",
+            "rollout/flagged", "rollout/invalid_tool_calls", "rollout/groups_dropped", "rollout/model_tokens",
+            "train/loss", "train/grad_norm", "train/kl", "train/clip_fraction", "train/tokens", "time/generate_s",
+            "time/train_s", "time/step_s", "time/weight_push_s", "trl/loss", "trl/reward", "trl/learning_rate"]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("trl") / "home"
+
+
+def _cli(args: list[str], home: Path, timeout: float = 1500) -> subprocess.CompletedProcess:
+    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _run(home: Path, stdout: str) -> tuple[Any, Any]:
+    from mlflow.tracking import MlflowClient
+
+    run_id = re.findall(r"MLflow\s+\S+\s+experiment \S+\s+run (\w+)", stdout)[-1]
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    return client, client.get_run(run_id)
+
+
+@pytest.mark.slow
+def test_two_steps_through_the_cli_log_finite_metrics(home: Path) -> None:
+    done = _cli([*SMALL, "trainer.steps=2"], home)
+    assert done.returncode == 0, done.stderr[-4000:]
+    client, run = _run(home, done.stdout)
+    for key in REQUIRED:
+        assert key in run.data.metrics, f"{key} missing; logged: {sorted(run.data.metrics)}"
+        assert math.isfinite(run.data.metrics[key]), key
+    evals = client.get_metric_history(run.info.run_id, "eval/reward")
+    assert sorted(m.step for m in evals) == [0, 1, 2]  # before step 1, then after each (eval_every=1)
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/reward")) == [1, 2]
+    assert run.data.tags["agentrl.backend"] == "trl"
+    assert run.data.tags["agentrl.warm_start.reused"] in ("true", "false")
+    assert "plots/reward_curves.png" in [a.path for a in client.list_artifacts(run.info.run_id, "plots")]
+
+
+def _digests(run_dir: Path) -> list[dict[str, list[float]]]:
+    return [json.loads((run_dir / f"trl_rank{r}_weights.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_two_processes_train_and_agree_on_the_weights(home: Path) -> None:
+    from safetensors.torch import load_file
+
+    done = _cli([*SMALL, "trainer.steps=2", "trainer.num_processes=2"], home)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "accelerate.commands.launch" in done.stdout and "--num_processes 2" in done.stdout
+    client, run = _run(home, done.stdout)
+    run_dir = Path(re.findall(r"run folder\s+(\S+)", done.stdout)[-1])
+    rank0, rank1 = _digests(run_dir)
+    assert rank0.keys() == rank1.keys()
+    for key in rank0:  # data parallel: both ranks applied the same all-reduced update
+        assert rank0[key] == pytest.approx(rank1[key], rel=1e-5, abs=1e-6), key
+    grads = [m.value for m in client.get_metric_history(run.info.run_id, "train/grad_norm")]
+    assert any(g > 0 for g in grads), f"no step had a gradient: {grads}"
+    start = load_file(str(Path(run.data.tags["agentrl.warm_start"]) / "model.safetensors"))
+    moved = [k for k, v in start.items() if k in rank0 and abs(float(v.double().sum()) - rank0[k][0]) > 1e-6]
+    assert moved, "the two-process run did not change the weights"
+    assert math.isfinite(run.data.metrics["eval/reward"]) and "eval_greedy/reward" in run.data.metrics
+
+
+def test_a_setting_trl_lacks_fails_at_plan_time(tmp_path: Path) -> None:
+    done = _cli(["+recipe=gridsim_grpo", "trainer=trl", "trainer.max_extra_rows=16"], tmp_path / "home", timeout=600)
+    assert done.returncode != 0
+    assert "trainer.max_extra_rows=16 has no counterpart in TRL" in done.stderr
+    assert not (tmp_path / "home" / "outputs" / "checkpoints").exists()  # refused before any warm start
+
+
+def test_dry_run_prints_the_grpo_config_and_the_launch(tmp_path: Path) -> None:
+    done = _cli(["+recipe=gridsim_grpo", "trainer=trl", "trainer.num_processes=2", "dry_run=true"],
+                tmp_path / "home", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "trl: GRPOConfig(" in done.stdout and "num_generations=8," in done.stdout
+    assert "generation_batch_size=32," in done.stdout and "per_device_train_batch_size=8," in done.stdout
+    assert "gradient_accumulation_steps=2," in done.stdout  # 32 completions / 2 processes / micro-batch 8
+    launch = next(line for line in done.stdout.splitlines() if line.startswith("launch: "))
+    assert "accelerate.commands.launch --multi_gpu" in launch and "-m agentrl.trainers.trl_worker" in launch
+
+
+def _cfg(**trainer: object) -> object:
+    from agentrl.config.trainer import TRLTrainerConfig
+
+    base = OmegaConf.structured(TRLTrainerConfig)
+    return OmegaConf.create({"seed": 3, "trainer": OmegaConf.merge(base, trainer),
+                             "agent": {"max_turns": 4, "max_response_tokens": 96}})
+
+
+def test_mapping_builds_a_real_grpo_config() -> None:
+    from trl import GRPOConfig
+
+    from agentrl.trainers.trl_args import grpo_config_kwargs
+
+    cfg = _cfg(lr=5e-5, steps=7, clip_high=0.28, kl_coef=0.01, loss="gspo", micro_batch_samples=4,
+               extra_args={"mask_truncated_completions": True})
+    kwargs = grpo_config_kwargs(cfg, output_dir="/tmp/x", cpu=True)
+    args = GRPOConfig(**kwargs)
+    assert (args.learning_rate, args.max_steps, args.num_generations) == (5e-5, 7, 8)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 8)
+    assert (args.epsilon, args.epsilon_high, args.beta) == (0.2, 0.28, 0.01)
+    assert (args.loss_type, args.importance_sampling_level, args.scale_rewards) == ("grpo", "sequence", "group")
+    assert args.mask_truncated_completions and args.max_completion_length == 4 * 96
+    dr = grpo_config_kwargs(_cfg(loss="dr_grpo"), output_dir="/tmp/x", cpu=True)
+    assert (dr["loss_type"], dr["scale_rewards"]) == ("dr_grpo", "none")
+
+
+@pytest.mark.parametrize(("trainer", "agent", "named"), [
+    ({"advantage": "rloo"}, {}, "trainer.advantage=rloo"),
+    ({"loss": "ppo"}, {}, "trainer.loss='ppo'"),
+    ({"resume": True}, {}, "trainer.resume=True"),
+    ({"num_processes": 3}, {}, "trainer.num_processes=3"),
+    ({"micro_batch_samples": 5}, {}, "trainer.micro_batch_samples=5"),
+    ({"extra_args": {"not_a_field": 1}}, {}, "not_a_field"),
+    ({"extra_args": {"beta": 0.1}}, {}, "beta"),
+    ({}, {"roles": [{"name": "solver"}, {"name": "selector"}]}, "2 roles (solver, selector)"),
+])
+def test_refusals_name_the_key(trainer: dict, agent: dict, named: str) -> None:
+    from agentrl.trainers.trl_args import TRLConfigError, check_config
+
+    cfg = _cfg(**trainer)
+    cfg.agent = OmegaConf.merge(cfg.agent, agent)
+    with pytest.raises(TRLConfigError, match=re.escape(named)):
+        check_config(cfg)
