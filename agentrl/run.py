@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from agentrl.config.register import recipe_names
 from agentrl.config.validate import UnknownKeyError, check_typed_keys
 from agentrl.plan import Plan, PlanError, build_plan
+from agentrl.rewards import AllGroupsFailing
 from agentrl.tracking.mlflow_tracker import DatasetRef, ui_command
 
 log = logging.getLogger("agentrl")
@@ -132,6 +133,9 @@ def run(cfg: DictConfig) -> float | None:
     except KeyboardInterrupt:
         status = "KILLED"
         raise
+    except AllGroupsFailing as err:
+        # The run cannot go on (a dead env server, ...): one line naming the cause, not a traceback.
+        raise SystemExit(f"agentrl: {err}") from None
     finally:
         tracker.finish(status)
         print(closing_block(status=status, run_dir=run_dir, tracker=tracker, metrics=metrics,
