@@ -94,6 +94,12 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # Trainers are constructed by run.py with the whole plan, so only their class is resolved here; the model
     # and the engine are made by the trainer, but a key their factories do not take fails now.
     trainer_cls = import_target(cfg.trainer, "trainer")
+    # The trainer schema's own checks (__post_init__: e.g. trainer.loss and its companions, or a choice Miles
+    # cannot apply) run on the composed values here: Hydra's overrides never construct the dataclass.
+    try:
+        OmegaConf.to_object(cfg.trainer)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from exc
     # A backend's own refusals (e.g. a setting TRL lacks) fail here too, before anything starts.
     if callable(check := getattr(trainer_cls, "plan_problem", None)) and (problem := check(cfg)):
         raise PlanError(problem)

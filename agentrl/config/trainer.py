@@ -5,7 +5,85 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING
+from omegaconf import II, MISSING
+
+# The GRPO family's choices (docs/training.md "Algorithms"; the math is agentrl/trainers/grpo_math.py).
+LOSSES = ("grpo", "dr_grpo", "dapo", "gspo")
+ADVANTAGES = ("group_norm", "group_mean", "rloo")
+KL_ESTIMATORS = ("k1", "k3")
+# Each loss's (clip_low, clip_high) when both are left null: the papers' settings (DAPO's clip-higher 0.28;
+# GSPO's sequence-level ratios stay much closer to 1, so its paper clips at 3e-4 / 4e-4).
+DEFAULT_CLIPS = {"grpo": (0.2, 0.2), "dr_grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
+# Each loss's advantage when `advantage` is left null (Dr. GRPO removes the std normalization).
+DEFAULT_ADVANTAGE = {"grpo": "group_norm", "dr_grpo": "group_mean", "dapo": "group_norm", "gspo": "group_norm"}
+
+
+def _is_set(value: object) -> bool:
+    """A value to check: not None and not a not-yet-resolved interpolation (checked once resolved, at plan time)."""
+    return value is not None and not (isinstance(value, str) and value.startswith("${"))
+
+
+def check_algorithm(c: Any, key: str = "trainer") -> None:
+    """The GRPO family's invariants on a trainer config `c`; a ValueError names the key."""
+    loss, advantage = c.loss, c.advantage
+    if loss not in LOSSES:
+        raise ValueError(f"{key}.loss={loss!r}: choose one of {', '.join(LOSSES)}")
+    if advantage is not None and advantage not in ADVANTAGES:
+        raise ValueError(f"{key}.advantage={advantage!r}: choose one of {', '.join(ADVANTAGES)} (or null: the loss's own)")
+    if loss == "dr_grpo" and advantage == "group_norm":
+        raise ValueError(f"{key}.advantage=group_norm contradicts {key}.loss=dr_grpo, whose point is no per-group "
+                         "std normalization: use group_mean or rloo (or leave advantage null)")
+    if c.kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"{key}.kl_estimator={c.kl_estimator!r}: choose one of {', '.join(KL_ESTIMATORS)}")
+    for name in ("kl_coef", "entropy_coef"):
+        if float(getattr(c, name)) < 0:
+            raise ValueError(f"{key}.{name} must be >= 0 (0: off), got {getattr(c, name)}")
+    tis = float(c.tis_cap)
+    if tis != 0 and tis < 1:
+        raise ValueError(f"{key}.tis_cap={tis}: the truncation cap must be >= 1 (an on-policy token has weight 1), "
+                         "or 0 to turn truncated importance sampling off")
+    low, high = c.clip_low, c.clip_high
+    if _is_set(low) and not 0 <= float(low) < 1:
+        raise ValueError(f"{key}.clip_low must be in [0, 1) (the ratio's floor is 1 - clip_low), got {low}")
+    if _is_set(high) and float(high) < 0:
+        raise ValueError(f"{key}.clip_high must be >= 0, got {high}")
+
+
+# What Miles does instead of each built-in choice its launch does not map: the flags to pass in trainer.extra_args
+# (they come last, so they override the defaults the launch sets).
+MILES_LOSS_FLAGS = {
+    "dr_grpo": "trainer.extra_args='[--disable-grpo-std-normalization,--custom-pg-loss-reducer-function-path,"
+               "<Miles' examples/Dr.GRPO/custom_reducer.py:get_pg_loss_reducer>]'",
+    "dapo": "trainer.extra_args='[--calculate-per-token-loss]' with trainer.clip_high=0.28 (--eps-clip-high); "
+            "Miles has no overlong penalty, and the group filter already does dynamic sampling",
+    "gspo": "trainer.extra_args='[--advantage-estimator,gspo]' with trainer.clip_low=3e-4 trainer.clip_high=4e-4",
+}
+MILES_ADVANTAGE_FLAGS = {
+    "group_mean": "trainer.extra_args='[--disable-grpo-std-normalization]'",
+    "rloo": "no leave-one-out baseline in Miles (its closest, --advantage-estimator reinforce_plus_plus_baseline, "
+            "subtracts the group mean); keep group_norm, or train with trainer=grpo",
+}
+
+
+def miles_algorithm_problem(c: Any) -> str | None:
+    """Why a built-in GRPO choice cannot apply under trainer=miles, naming the Miles flag to use; None if all can."""
+    if c.loss != "grpo":
+        hint = MILES_LOSS_FLAGS.get(c.loss, f"one of {', '.join(LOSSES)}")
+        return (f"trainer.loss={c.loss} does not apply under trainer=miles (Miles runs its own GRPO, "
+                f"--advantage-estimator grpo); for Miles use {hint}")
+    if c.advantage not in (None, "group_norm"):
+        hint = MILES_ADVANTAGE_FLAGS.get(c.advantage, f"one of {', '.join(ADVANTAGES)}")
+        return f"trainer.advantage={c.advantage} does not apply under trainer=miles; for Miles: {hint}"
+    if c.kl_estimator is not None:
+        return (f"trainer.kl_estimator={c.kl_estimator} does not apply under trainer=miles: set "
+                f"trainer.kl_loss_type={c.kl_estimator} (Miles' --kl-loss-type: k1, k2, k3 or low_var_kl)")
+    if float(c.entropy_coef) != 0:
+        return (f"trainer.entropy_coef={c.entropy_coef} does not apply under trainer=miles: use "
+                f"trainer.extra_args='[--entropy-coef,{c.entropy_coef}]' (Miles' --entropy-coef)")
+    if float(c.tis_cap) != 0:
+        return (f"trainer.tis_cap={c.tis_cap} does not apply under trainer=miles: use "
+                f"trainer.extra_args='[--use-tis,--tis-clip,{c.tis_cap}]' (Miles' truncated importance sampling)")
+    return None
 
 
 @dataclass
@@ -42,9 +120,19 @@ class GRPOTrainerConfig(TrainerConfig):
     temperature: float = 1.1
     top_p: float = 1.0
     top_k: int = 0  # 0: off
-    clip_low: float = 0.2  # ratio clipped to [1 - clip_low, 1 + clip_high]
-    clip_high: float = 0.2
-    kl_coef: float = 0.0  # >0 adds a KL penalty to a frozen reference model
+    # The algorithm (docs/training.md "Algorithms"), checked when the plan is built.
+    loss: str = "grpo"  # grpo | dr_grpo | dapo | gspo
+    advantage: str | None = None  # group_norm | group_mean | rloo; null: the loss's own (dr_grpo: group_mean)
+    clip_low: float | None = None  # ratio clipped to [1 - clip_low, 1 + clip_high]; null: the loss's own
+    clip_high: float | None = None  # null: grpo, dr_grpo 0.2; dapo 0.28 (clip-higher); gspo 3e-4 / 4e-4
+    kl_coef: float = 0.0  # >0 adds a KL penalty to a frozen copy of the starting model (logged as train/kl)
+    kl_estimator: str = "k3"  # k1 | k3: the per-token KL estimate
+    entropy_coef: float = 0.0  # >0 adds an entropy bonus (train/entropy is logged either way)
+    tis_cap: float = 2.0  # truncated importance sampling against the engine's logprobs, weights cut at this; 0: off
+    norm_tokens: int = 512  # dr_grpo: the loss is divided by samples x norm_tokens, a constant
+    # dapo's soft overlong penalty on a sample's longest reply: 0 up to max - buffer tokens, then down to -1 at max.
+    overlong_max_tokens: int | None = II("agent.max_response_tokens")  # null: no penalty
+    overlong_buffer: int | None = None  # null: a fifth of overlong_max_tokens
     grad_clip: float = 1.0
     micro_batch_samples: int = 8  # samples per forward/backward pass
     weight_decay: float = 0.0
@@ -55,6 +143,21 @@ class GRPOTrainerConfig(TrainerConfig):
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device (SGLang: cuda when there)
     threads: int = 0  # torch CPU threads for the GRPO loop (after the warm start); 0: torch's default
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+    def __post_init__(self) -> None:
+        check_algorithm(self)
+        if int(self.norm_tokens) < 1:
+            raise ValueError(f"trainer.norm_tokens must be >= 1 (dr_grpo's constant normalizer), got {self.norm_tokens}")
+        if _is_set(self.overlong_buffer):
+            if self.loss != "dapo":
+                raise ValueError(f"trainer.overlong_buffer applies only to trainer.loss=dapo (loss is {self.loss})")
+            cap = self.overlong_max_tokens
+            if int(self.overlong_buffer) < 1 or (_is_set(cap) and int(self.overlong_buffer) > int(cap)):
+                raise ValueError(f"trainer.overlong_buffer must be in [1, overlong_max_tokens={cap}], "
+                                 f"got {self.overlong_buffer}")
+        if _is_set(self.overlong_max_tokens) and int(self.overlong_max_tokens) < 1:
+            raise ValueError(f"trainer.overlong_max_tokens must be >= 1 (or null: no penalty), "
+                             f"got {self.overlong_max_tokens}")
 
 
 @dataclass
@@ -115,6 +218,17 @@ class MilesTrainerConfig(TrainerConfig):
     agent_function: str = "agentrl.agents.tool_calling.run"
     save_dir: str | None = None  # null: under the run's output folder
     extra_args: list[str] = field(default_factory=list)  # passed to Miles verbatim, last
+    # The built-in GRPO's algorithm keys, so that one sweep can name them under either trainer. Miles runs its
+    # own GRPO: any other value fails when the plan is built, naming the Miles flag to pass in extra_args.
+    loss: str = "grpo"  # only grpo (Miles' --advantage-estimator grpo)
+    advantage: str | None = None  # null or group_norm only
+    kl_estimator: str | None = None  # null only: Miles' estimator is kl_loss_type
+    entropy_coef: float = 0.0  # 0 only: --entropy-coef in extra_args
+    tis_cap: float = 0.0  # 0 only: --use-tis --tis-clip in extra_args
+
+    def __post_init__(self) -> None:
+        if problem := miles_algorithm_problem(self):
+            raise ValueError(problem)
 
 
 @dataclass

@@ -1,18 +1,69 @@
-"""The GRPO policy update: recompute logprobs, clipped loss over model tokens, AdamW step, weights to the engine."""
+"""The GRPO policy update: recompute logprobs, the configured loss over model tokens, AdamW step, weights to the engine."""
 
 from __future__ import annotations
 
 import copy
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 
+from agentrl.config.trainer import DEFAULT_ADVANTAGE, DEFAULT_CLIPS
 from agentrl.devices import model_device
 from agentrl.trainers.forward import first_loss_column, next_token_logits
-from agentrl.trainers.grpo_math import group_advantages, policy_loss, token_logprobs
+from agentrl.trainers.grpo_math import (
+    group_advantages,
+    logprobs_and_entropy,
+    overlong_penalty,
+    policy_loss,
+    token_logprobs,
+)
+
+# What `Learner.step` logs under train/ (besides grad_norm and tokens); a step with nothing to train logs zeros.
+STEP_METRICS = ("loss", "kl", "entropy", "clip_fraction", "approx_kl", "tis_weight_mean", "tis_clipped_frac",
+                "logprob_diff", "grad_norm", "tokens")
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """The loss, advantage and regularizers of a GRPO-family update, every default resolved (docs/training.md)."""
+
+    loss: str = "grpo"
+    advantage: str = "group_norm"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    tis_cap: float = 0.0  # 0: ratios against the engine's logprobs, no importance weight
+    norm_tokens: int = 512  # dr_grpo's constant normalizer per sample
+    overlong_max_tokens: int = 0  # dapo's overlong penalty (0: none)
+    overlong_buffer: int = 0
+
+    @classmethod
+    def from_config(cls, t: Any) -> Algorithm:
+        """The trainer config's choices with its nulls filled by the loss's own defaults (`grpo_math`)."""
+        loss = str(t.get("loss", "grpo"))
+        low, high = DEFAULT_CLIPS[loss]
+        max_tokens = int(t.get("overlong_max_tokens") or 0) if loss == "dapo" else 0
+        buffer = t.get("overlong_buffer")
+        return cls(loss=loss, advantage=str(t.get("advantage") or DEFAULT_ADVANTAGE[loss]),
+                   clip_low=float(low if t.get("clip_low") is None else t.clip_low),
+                   clip_high=float(high if t.get("clip_high") is None else t.clip_high),
+                   kl_coef=float(t.get("kl_coef", 0.0)), kl_estimator=str(t.get("kl_estimator", "k3")),
+                   entropy_coef=float(t.get("entropy_coef", 0.0)), tis_cap=float(t.get("tis_cap", 0.0)),
+                   norm_tokens=int(t.get("norm_tokens", 512)), overlong_max_tokens=max_tokens,
+                   overlong_buffer=int(buffer) if buffer is not None else max(1, max_tokens // 5))
+
+    def describe(self) -> str:
+        """One line for the plan and the log: every setting that differs from a plain grpo update."""
+        plain = Algorithm()
+        parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                 if f.name in ("loss", "advantage", "clip_low", "clip_high", "tis_cap")
+                 or getattr(self, f.name) != getattr(plain, f.name)]
+        return " ".join(parts)
 
 
 @dataclass
@@ -25,16 +76,34 @@ class TrainItem:
     advantage: float
 
 
-def items_from(played: Sequence[Any], policy: str | None = None) -> tuple[list[TrainItem], torch.Tensor]:
-    """Group-normalized advantages for every played sample and the items to train on.
+def longest_reply(loss_mask: Sequence[int]) -> int:
+    """The longest run of model tokens (loss mask 1) in a sample: its longest single reply."""
+    best = run = 0
+    for bit in loss_mask:
+        run = run + 1 if bit else 0
+        best = max(best, run)
+    return best
+
+
+def items_from(played: Sequence[Any], policy: str | None = None, algorithm: Algorithm | None = None
+               ) -> tuple[list[TrainItem], torch.Tensor]:
+    """Advantages (the algorithm's kind, within each group) for every played sample, and the items to train on.
 
     Every sample counts in its group's baseline; samples of frozen roles, samples without model tokens
-    and, when `policy` is given, samples another policy played are then left out of the update.
+    and, when `policy` is given, samples another policy played are then left out of the update. Under dapo
+    a reply near or past `overlong_max_tokens` has its reward lowered before the advantages (DAPO's soft
+    overlong punishment); the logged rewards are untouched.
     """
-    adv = group_advantages([p.reward for p in played], [p.group for p in played])
+    algo = algorithm or Algorithm()
+    rewards = [p.reward for p in played]
+    if algo.overlong_max_tokens > 0:
+        rewards = [r + overlong_penalty(longest_reply(p.sample.loss_mask) if p.sample is not None else 0,
+                                        algo.overlong_max_tokens, algo.overlong_buffer)
+                   for r, p in zip(rewards, played, strict=True)]
+    adv = group_advantages(rewards, [p.group for p in played], kind=algo.advantage)
     items = [TrainItem(p.sample.token_ids, p.sample.loss_mask, p.sample.rollout_logprobs, float(a))
              for p, a in zip(played, adv.tolist(), strict=True)
-             if not p.frozen and sum(p.sample.loss_mask) > 0
+             if not p.frozen and p.sample is not None and sum(p.sample.loss_mask) > 0
              and (policy is None or getattr(p, "policy", "main") == policy)]
     return items, adv
 
@@ -42,24 +111,32 @@ def items_from(played: Sequence[Any], policy: str | None = None) -> tuple[list[T
 class Learner:
     """A policy model and its AdamW optimizer (constant LR, gradient clipping), plus an optional frozen reference.
 
-    It trains on the device the model is on (float32 weights; bf16 autocast on CUDA).
+    It trains on the device the model is on (float32 weights; bf16 autocast on CUDA) with `algorithm`'s loss;
+    the loose `clip_low/clip_high/kl_coef` keywords override the algorithm's (older callers and tests).
     """
 
     def __init__(self, model: torch.nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
-                 clip_low: float = 0.2, clip_high: float = 0.2, kl_coef: float = 0.0, temperature: float = 1.0,
-                 micro_batch_samples: int = 8, pad_id: int = 0) -> None:
+                 clip_low: float | None = None, clip_high: float | None = None, kl_coef: float | None = None,
+                 temperature: float = 1.0, micro_batch_samples: int = 8, pad_id: int = 0,
+                 algorithm: Algorithm | None = None) -> None:
+        algo = algorithm or Algorithm()
+        given = {"clip_low": clip_low, "clip_high": clip_high, "kl_coef": kl_coef}
+        self.algorithm = Algorithm(**{f.name: getattr(algo, f.name) for f in fields(algo)}
+                                   | {k: v for k, v in given.items() if v is not None})
         self.model = model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
         self.grad_clip = grad_clip
-        self.clip_low, self.clip_high = clip_low, clip_high
-        self.kl_coef = kl_coef
         self.temperature = temperature
         self.micro = max(1, int(micro_batch_samples))
         self.pad_id = pad_id
         self.device = model_device(model)
         self.reference = None
-        if kl_coef > 0:
+        if self.algorithm.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+
+    def items(self, played: Sequence[Any], policy: str | None = None) -> tuple[list[TrainItem], torch.Tensor]:
+        """`items_from` with this learner's advantage and reward shaping."""
+        return items_from(played, policy=policy, algorithm=self.algorithm)
 
     def _batch(self, items: Sequence[TrainItem]) -> tuple[torch.Tensor, ...]:
         width = max(len(i.token_ids) for i in items)
@@ -78,34 +155,44 @@ class Learner:
         return tuple(t.to(self.device, non_blocking=True) for t in (ids, attn, mask[:, 1:], old[:, 1:], adv))
 
     def step(self, items: Sequence[TrainItem]) -> dict[str, float]:
-        """One optimizer step over all `items` (micro-batched); the loss is token-normalized over the whole step."""
+        """One optimizer step over all `items` (micro-batched); every normalizer spans the whole step.
+
+        All micro-batches run their forward pass before the single optimizer step, so each sees the weights
+        the rollouts were played with: that is the "old" policy of the truncated importance weights.
+        """
         if not items:
             return {}
+        a = self.algorithm
         self.model.train()
         total = sum(int(sum(it.loss_mask)) for it in items)
         self.optimizer.zero_grad(set_to_none=True)
-        sums = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0}
+        keys = ("loss", "kl", "entropy", "clip_fraction", "approx_kl", "tis_weight", "tis_clipped", "logprob_diff")
+        sums = dict.fromkeys(keys, 0.0)
         for start in range(0, len(items), self.micro):
             ids, attn, mask, old, adv = self._batch(items[start:start + self.micro])
             # Prompt positions before the first model token need no logits.
             first = first_loss_column(mask)
             mask, old, targets = mask[:, first:], old[:, first:], ids[:, first + 1:]
-            logp = token_logprobs(next_token_logits(self.model, ids, attn, first), targets, self.temperature)
+            logits = next_token_logits(self.model, ids, attn, first)
+            # The entropy needs the whole distribution; it joins the graph only when it is trained.
+            logp, ent = logprobs_and_entropy(logits, targets, self.temperature, entropy_grad=a.entropy_coef != 0)
             ref = None
             if self.reference is not None:
                 with torch.no_grad():
                     ref = token_logprobs(next_token_logits(self.reference, ids, attn, first), targets,
                                          self.temperature)
-            out = policy_loss(logp, old, adv, mask, clip_low=self.clip_low, clip_high=self.clip_high,
-                              ref_logprobs=ref, kl_coef=self.kl_coef, normalizer=total)
+            out = policy_loss(logp, old, adv, mask, loss=a.loss, clip_low=a.clip_low, clip_high=a.clip_high,
+                              ref_logprobs=ref, kl_coef=a.kl_coef, kl_estimator=a.kl_estimator, entropy=ent,
+                              entropy_coef=a.entropy_coef, tis_cap=a.tis_cap, normalizer=total,
+                              num_samples=len(items), norm_tokens=a.norm_tokens)
             out.loss.backward()
             sums["loss"] += float(out.loss.detach())
-            sums["kl"] += out.kl
-            sums["clip_fraction"] += out.clip_fraction
-            sums["approx_kl"] += out.approx_kl
+            for k in keys[1:]:
+                sums[k] += getattr(out, k)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
         self.model.eval()
+        sums["tis_weight_mean"], sums["tis_clipped_frac"] = sums.pop("tis_weight"), sums.pop("tis_clipped")
         return {f"train/{k}": v for k, v in sums.items()} | {"train/grad_norm": float(grad_norm),
                                                              "train/tokens": float(total)}
 

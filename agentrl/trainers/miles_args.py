@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from agentrl.config.trainer import miles_algorithm_problem
 from agentrl.trainers.miles_hooks import AGENT_FUNCTION_ENV, DROP_NO_SIGNAL_ENV, MAX_DROPS_ENV
 
 LAUNCHER_MODULE = "agentrl.trainers.miles_launcher"
@@ -115,8 +116,10 @@ def tool_call_parser(cfg: Any) -> str:
 
 
 def check_config(cfg: Any) -> None:
-    """Every check that needs no GPU and no Miles: batch sizes, KL, placement, backend."""
+    """Every check that needs no GPU and no Miles: batch sizes, KL, placement, backend, algorithm keys."""
     t = cfg.trainer
+    if problem := miles_algorithm_problem(t):  # also the schema's own check, so it fails when the plan is built
+        raise MilesConfigError(problem)
     for key in ("prompts_per_step", "samples_per_prompt", "global_batch_size", "steps", "gpus_per_node",
                 "num_nodes", "rollout_gpus_per_engine", "tensor_parallel", "max_response_tokens",
                 "max_drops_in_a_row"):

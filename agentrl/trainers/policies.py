@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.trainers.learner import Learner, items_from
+from agentrl.trainers.learner import STEP_METRICS, Algorithm, Learner
 
 MAIN = "main"
 
@@ -98,11 +98,10 @@ def main_policy(path: str) -> Policy:
 
 
 def make_learner(t: Any, model: Any, tokenizer: Any) -> Learner:
-    """A `Learner` for `model` with the trainer config `t`'s optimizer and loss settings."""
+    """A `Learner` for `model` with the trainer config `t`'s optimizer and algorithm (loss, advantage, KL, ...)."""
     return Learner(model, lr=float(t.lr), weight_decay=float(t.weight_decay), grad_clip=float(t.grad_clip),
-                   clip_low=float(t.clip_low), clip_high=float(t.clip_high), kl_coef=float(t.kl_coef),
-                   temperature=float(t.temperature), micro_batch_samples=int(t.micro_batch_samples),
-                   pad_id=tokenizer.pad_token_id or 0)
+                   algorithm=Algorithm.from_config(t), temperature=float(t.temperature),
+                   micro_batch_samples=int(t.micro_batch_samples), pad_id=tokenizer.pad_token_id or 0)
 
 
 def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu") -> None:
@@ -118,7 +117,7 @@ def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu") -> No
 
 
 # An update's metrics when a policy had nothing to train on (no group passed the filter): zeros, not gaps.
-_EMPTY_STEP = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0, "tokens": 0.0}
+_EMPTY_STEP = dict.fromkeys(STEP_METRICS, 0.0)
 
 
 def metric_prefix(policy: Policy) -> str:
@@ -138,7 +137,7 @@ def step_policies(policies: Sequence[Policy], played: Sequence[Any], engines: Ma
     for p in policies:
         if p.learner is None:
             continue
-        items, _ = items_from(played, policy=p.name)
+        items, _ = p.learner.items(played, policy=p.name)  # the learner's advantage kind and reward shaping
         out = dict(_EMPTY_STEP)
         out.update({k.removeprefix("train/"): v for k, v in p.learner.step(items).items()})
         metrics.update({f"{metric_prefix(p)}{k}": v for k, v in out.items()})
