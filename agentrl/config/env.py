@@ -73,3 +73,23 @@ class OpenEnvEnvConfig(EnvConfig):
     connect_timeout: float = 10.0  # seconds the plan-time probe of env.url may take
     step_timeout: float = 60.0  # seconds one remote reset or step may take
     room_timeout: float = 120.0  # seconds an episode waits while the remote server is at capacity
+
+
+@dataclass
+class ReasoningGymEnvConfig(EnvConfig):
+    """Procedural tasks of the reasoning-gym library, graded by its own scorers."""
+
+    bundle: str = "reasoning_gym"
+    # dataset name -> its reasoning-gym config (plus optional train_size / eval_size for that dataset).
+    datasets: dict[str, Any] = field(default_factory=lambda: {"chain_sum": {}})
+    train_size: int = 256  # tasks per dataset
+    eval_size: int = 64
+    seed: int = 0  # train and eval draw from different seeds; an eval question in train is skipped
+    level: int | None = None  # the curriculum's difficulty level; null: the library's default config
+    answer_mode: str = "tool"  # tool (the answer tool) | text (the final reply) | both
+    system_prompt: str | None = None  # null: one that asks for the answer the answer_mode way
+    # Move the train split one level up when the mean train score of the last `curriculum_window`
+    # episodes reaches this; null: no curriculum. Logged as env/level.
+    curriculum_threshold: float | None = None
+    curriculum_window: int = 64
+    max_level: int = 10

@@ -15,7 +15,7 @@ from agentrl.config.validate import install_compose_check
 # group -> option -> schema. Each conf/<group>/<option>.yaml extends /schema/<group>/<option>.
 SCHEMAS: dict[str, dict[str, type]] = {
     "env": {"gridsim": env.GridSimEnvConfig, "arith": env.ArithEnvConfig, "custom": env.EnvConfig,
-            "openenv": env.OpenEnvEnvConfig},
+            "openenv": env.OpenEnvEnvConfig, "reasoning_gym": env.ReasoningGymEnvConfig},
     "agent": {
         "tool_calling": agent.ToolCallingAgentConfig,
         "co_evolution": agent.CoEvolutionAgentConfig,

@@ -40,6 +40,7 @@ SHIPPED_DIR = Path(__file__).resolve().parent.parent / "bundles"
 # `spec()` rebuilds them anywhere, as a folder's does.
 GENERATED: dict[str, str] = {
     "openenv": "agentrl.envs.openenv_remote:make_bundle",
+    "reasoning_gym": "agentrl.envs.reasoning_gym:make_bundle",
 }
 
 

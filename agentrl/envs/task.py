@@ -107,6 +107,11 @@ class Bundle(ABC):
         anything made from that data and cached (the SFT warm start). {} when no option does."""
         return {}
 
+    def metrics(self) -> dict[str, float]:
+        """Metrics of the bundle's own state the trainer logs each step beside its own (reasoning_gym's
+        curriculum: `env/level`). {} when there are none."""
+        return {}
+
     def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
         """A chat transcript of the task played by `teacher` (one of `teachers`), for SFT. Optional."""
         raise NotImplementedError(f"bundle {self.name!r} has no demonstrations")
