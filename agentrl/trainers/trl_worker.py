@@ -241,6 +241,8 @@ def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_d
     args = GRPOConfig(**grpo_config_kwargs(cfg, output_dir=output_dir, cpu=cpu))
     rank = args.process_index
     log.info("TRL: process %d of %d, %d torch threads, cpu=%s", rank, args.world_size, threads, cpu)
+    if str(cfg.inference.get("device") or "cpu").startswith("cuda") and args.world_size > 1:
+        cfg.inference.device = f"cuda:{args.local_process_index}"  # each rank's engine beside its own learner
     tokenizer = AutoTokenizer.from_pretrained(start_path, local_files_only=True)
     tokenizer.padding_side = "left"
     services = start_services(cfg, plan, start_path)
