@@ -55,7 +55,7 @@ class Algorithm:
                    kl_coef=float(t.get("kl_coef", 0.0)), kl_estimator=str(t.get("kl_estimator", "k3")),
                    entropy_coef=float(t.get("entropy_coef", 0.0)), tis_cap=float(t.get("tis_cap", 0.0)),
                    norm_tokens=int(t.get("norm_tokens", 512)), overlong_max_tokens=max_tokens,
-                   overlong_buffer=int(buffer) if buffer is not None else max(1, max_tokens // 5))
+                   overlong_buffer=int(buffer) if buffer is not None else max(1, max_tokens // 5) if max_tokens else 0)
 
     def describe(self) -> str:
         """One line for the plan and the log: every setting that differs from a plain grpo update."""
