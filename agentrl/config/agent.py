@@ -91,3 +91,24 @@ class AdversarialAgentConfig(AgentConfig):
             RoleConfig(name="solver", prompt="Solve the problem. End with \\boxed{answer}."),
         ]
     )
+
+
+@dataclass
+class SelfPlayAgentConfig(AgentConfig):
+    """Every seat of a multi-player game (env=textarena): seat n is played by the n-th role, each role its own
+    conversation; roles on the shared policy are one model playing itself, a role's `model` makes it two."""
+
+    _target_: str = "agentrl.agents.self_play.SelfPlayAgent"
+    max_turns: int = 12  # moves of all seats together (TicTacToe: at most 9, plus retried invalid moves)
+    max_response_tokens: int | None = 16  # a move is a few tokens
+    roles: list[RoleConfig] = field(
+        default_factory=lambda: [
+            RoleConfig(name="player_0", prompt=""),
+            RoleConfig(name="player_1", prompt=""),
+        ]
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.roles:
+            raise ValueError("agent.roles must name at least one role (one per seat of the game)")

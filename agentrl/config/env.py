@@ -93,3 +93,19 @@ class ReasoningGymEnvConfig(EnvConfig):
     curriculum_threshold: float | None = None
     curriculum_window: int = 64
     max_level: int = 10
+
+
+@dataclass
+class TextArenaEnvConfig(EnvConfig):
+    """Seeded matches of a TextArena game; play them with agent=self_play (one role per seat)."""
+
+    bundle: str = "textarena"
+    game: str = "TicTacToe-v0"  # a TextArena env id that runs offline
+    num_players: int = 2
+    train_size: int = 256  # matches (seeds)
+    eval_size: int = 64  # the eval seeds follow the train seeds
+    seed: int = 0
+    # null: the agent plays every seat (self-play); random | first: a scripted opponent takes the other seat
+    # (a move listed in the observation's Available Moves) and the agent's seat alternates by task index.
+    train_opponent: str | None = None
+    eval_opponent: str | None = "random"

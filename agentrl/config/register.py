@@ -15,12 +15,14 @@ from agentrl.config.validate import install_compose_check
 # group -> option -> schema. Each conf/<group>/<option>.yaml extends /schema/<group>/<option>.
 SCHEMAS: dict[str, dict[str, type]] = {
     "env": {"gridsim": env.GridSimEnvConfig, "arith": env.ArithEnvConfig, "custom": env.EnvConfig,
-            "openenv": env.OpenEnvEnvConfig, "reasoning_gym": env.ReasoningGymEnvConfig},
+            "openenv": env.OpenEnvEnvConfig, "reasoning_gym": env.ReasoningGymEnvConfig,
+            "textarena": env.TextArenaEnvConfig},
     "agent": {
         "tool_calling": agent.ToolCallingAgentConfig,
         "co_evolution": agent.CoEvolutionAgentConfig,
         "thinker_verifier": agent.ThinkerVerifierAgentConfig,
         "adversarial": agent.AdversarialAgentConfig,
+        "self_play": agent.SelfPlayAgentConfig,
     },
     "reward": {
         "env_score": reward.EnvScoreRewardConfig,

@@ -41,6 +41,7 @@ SHIPPED_DIR = Path(__file__).resolve().parent.parent / "bundles"
 GENERATED: dict[str, str] = {
     "openenv": "agentrl.envs.openenv_remote:make_bundle",
     "reasoning_gym": "agentrl.envs.reasoning_gym:make_bundle",
+    "textarena": "agentrl.envs.textarena:make_bundle",
 }
 
 

@@ -162,7 +162,7 @@ class ReasoningGymBundle(Bundle):
         seed = int(self.options["seed"]) + zlib.crc32(name.encode()) % 100_000 * 2 + (split == self.eval_split)
         seed += 1_000_003 * (level or 0) if split == self.train_split else 0  # a new level: new train draws
         try:
-            dataset = create_dataset(name, seed=seed, size=size * 4 + 64, **self._config(name, level))
+            dataset = create_dataset(name, seed=seed, size=size * 8 + 256, **self._config(name, level))
         except (TypeError, ValueError, AssertionError) as exc:
             raise ValueError(f"env.datasets.{name}: reasoning-gym refused the config: {exc}") from exc
         entries, seen = [], set(exclude)

@@ -1,0 +1,165 @@
+"""`env=textarena`: a TextArena game (`env.game`, e.g. TicTacToe-v0) as a bundle of seeded matches.
+
+An episode is one match. Each of its turns is one player's move: the turn's prompt is that player's
+TextArena observation and its system prompt starts `You are Player <n>` (the seat: `agent=self_play` keys
+its roles by it); the reply (ending the turn) is the move. A split either lets the agent play every seat
+(self-play; the match scores `win_p0`, player 0's outcome) or seats a scripted opponent (`random` or
+`first`: a move listed in the observation's `Available Moves`) and the agent plays the other seat,
+alternating seats by task index (the match scores `win`, the agent's outcome). Outcomes are 1 win, 0.5 draw,
+0 loss, from TextArena's own rewards.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
+
+OPPONENTS = ("random", "first")
+_MOVE = re.compile(r"'(\[[^\]]*\])'")
+SYSTEM = ("You are Player {seat} in the game {game}. Read the game's messages and reply with your next move "
+          "only, in the format the game asks for.")
+
+
+def listed_moves(observation: str) -> list[str]:
+    """The moves an observation lists after its last `Available Moves:` (TicTacToe and its like)."""
+    _, found, tail = observation.rpartition("Available Moves:")
+    return _MOVE.findall(tail.split("\n", 1)[0]) if found else []
+
+
+def make_game(game: str) -> Any:
+    import textarena as ta
+
+    try:
+        return ta.make(game)
+    except ValueError as exc:
+        raise ValueError(f"env.game={game!r}: {exc} (e.g. TicTacToe-v0, ConnectFour-v0, Nim-v0)") from None
+
+
+class TextArenaEpisode(Episode):
+    """One seeded match; the scripted opponent's moves are made inside the episode."""
+
+    def __init__(self, bundle: TextArenaBundle, seed: int, info: TaskInfo, opponent: str | None,
+                 agent_seat: int | None) -> None:
+        self.bundle, self.info = bundle, info
+        self.game = make_game(bundle.game)
+        self.game.reset(num_players=bundle.num_players, seed=seed)
+        self.opponent, self.agent_seat = opponent, agent_seat
+        self.rng = random.Random(seed)
+        self.outcome: dict[int, float] | None = None
+        self.seat: int | None = None
+        self.observation = ""
+
+    def _agent_plays(self, seat: int) -> bool:
+        return self.opponent is None or seat == self.agent_seat
+
+    def _advance(self, done: bool = False) -> Turn | None:
+        """Play the opponent's moves until an agent seat is to move (its Turn) or the match is over (None)."""
+        while not done:
+            seat, observation = self.game.get_observation()
+            if self._agent_plays(seat):
+                self.seat, self.observation = seat, observation
+                system = SYSTEM.format(seat=seat, game=self.bundle.game)
+                return Turn(prompt=observation, system_prompt=system, tools=[])
+            moves = listed_moves(observation) or ["[0]"]
+            done, _ = self.game.step(moves[0] if self.opponent == "first" else self.rng.choice(moves))
+        rewards, _ = self.game.close()
+        self.outcome = {int(p): (float(r) + 1.0) / 2.0 for p, r in rewards.items()}
+        return None
+
+    def first_turn(self) -> Turn:
+        turn = self._advance()
+        if turn is None:
+            raise RuntimeError(f"the match of {self.bundle.game} ended before the agent moved")
+        return turn
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        return ToolResult(f"there are no tools in {self.bundle.game}: reply with your move", is_error=True)
+
+    def end_turn(self, response: str) -> Turn | None:
+        if self.outcome is not None:
+            return None
+        done, _ = self.game.step((response or "").strip())
+        return self._advance(done)
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None
+
+    def scores(self) -> dict[str, float]:
+        if self.outcome is None:
+            return {}
+        if self.opponent is None:
+            return {"win_p0": self.outcome[0]}
+        return {"win": self.outcome[int(self.agent_seat or 0)]}
+
+
+class TextArenaBundle(Bundle):
+    """Seeded matches of one TextArena game: a train split and an eval split, each self-play or vs a script."""
+
+    name = "textarena"
+    version = "1"
+    eval_breakdown = {"seat": "reward_seat{}"}  # eval/reward_seat0, eval/reward_seat1 (vs a scripted opponent)
+
+    def __init__(self, game: str = "TicTacToe-v0", *, num_players: int = 2, train_size: int = 256,
+                 eval_size: int = 64, seed: int = 0, train_opponent: str | None = None,
+                 eval_opponent: str | None = "random", train_split: str = "train", eval_split: str = "eval") -> None:
+        for key, value in (("train_opponent", train_opponent), ("eval_opponent", eval_opponent)):
+            if value is not None and value not in OPPONENTS:
+                raise ValueError(f"env.{key}={value!r}: choose one of {', '.join(OPPONENTS)}, or null (self-play)")
+        if min(train_size, eval_size) < 1:
+            raise ValueError("env.train_size and env.eval_size must be >= 1")
+        self.game, self.num_players = game, int(num_players)
+        self.options = {"game": game, "num_players": num_players, "train_size": train_size, "eval_size": eval_size,
+                        "seed": seed, "train_opponent": train_opponent, "eval_opponent": eval_opponent}
+        self.train_split, self.eval_split = train_split, eval_split
+        self._sizes = {train_split: int(train_size), eval_split: int(eval_size)}
+        self._opponents = {train_split: train_opponent, eval_split: eval_opponent}
+        # Eval seeds follow the train seeds: no match is in both splits.
+        self._seeds = {train_split: int(seed), eval_split: int(seed) + int(train_size)}
+        self._probe(train_opponent or eval_opponent)
+
+    def _probe(self, opponent: str | None) -> None:
+        """Fail now, naming the setting, for an unknown game, a player count it refuses, or a scripted opponent
+        in a game whose observations list no moves."""
+        game = make_game(self.game)
+        try:
+            game.reset(num_players=self.num_players, seed=0)
+        except (AssertionError, ValueError, TypeError) as exc:
+            raise ValueError(f"env.game={self.game} refuses env.num_players={self.num_players}: {exc}") from None
+        _, observation = game.get_observation()
+        if opponent is not None and not listed_moves(observation):
+            raise ValueError(f"env.game={self.game} lists no 'Available Moves' for a scripted opponent "
+                             f"(env.train_opponent / env.eval_opponent); use null (self-play)")
+
+    def splits(self) -> dict[str, int]:
+        return dict(self._sizes)
+
+    def _check(self, split: str, index: int) -> None:
+        if split not in self._sizes:
+            raise KeyError(f"bundle textarena has no split {split!r}; it has {sorted(self._sizes)}")
+        if not isinstance(index, int) or not 0 <= index < self._sizes[split]:
+            raise IndexError(f"split {split!r} has no task {index!r} (0..{self._sizes[split] - 1})")
+
+    def _seat(self, split: str, index: int) -> int | None:
+        return index % self.num_players if self._opponents[split] is not None else None
+
+    def task_info(self, split: str, index: int) -> TaskInfo:
+        self._check(split, index)
+        seat = self._seat(split, index)
+        return TaskInfo(task_id=f"{self.game}-{split}-{index:05d}", split=split, index=index,
+                        extra={"seat": seat, "opponent": self._opponents[split]})
+
+    def episode(self, split: str, index: int) -> TextArenaEpisode:
+        info = self.task_info(split, index)
+        return TextArenaEpisode(self, self._seeds[split] + index, info, self._opponents[split],
+                                self._seat(split, index))
+
+    def spec(self) -> dict[str, Any]:
+        return {"bundle": "textarena", "train_split": self.train_split, "eval_split": self.eval_split,
+                **self.options}
+
+    def data_options(self) -> dict[str, Any]:
+        return dict(self.options)

@@ -1,0 +1,89 @@
+"""`agent=self_play` on `env=textarena`: real TextArena TicTacToe matches through the env server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from agentrl.agents.base import HttpSessionPool
+from agentrl.agents.record import Failure
+from agentrl.agents.self_play import SelfPlayAgent, seat_of
+from agentrl.envs.bundles import load_bundle
+from agentrl.envs.server import build_app, serve_in_background
+from agentrl.envs.textarena.bundle import listed_moves
+from agentrl.rewards import EnvScore
+from agentrl.testing import ScriptedChat
+from agentrl.testing.plays import rewarded
+
+
+def first_listed_move(body: dict, session_id: str | None) -> str:
+    """A scripted player: the first move the last observation lists."""
+    return listed_moves(body["messages"][-1]["content"])[0]
+
+
+@pytest.fixture(scope="module")
+def ttt():
+    return load_bundle("textarena", game="TicTacToe-v0", train_size=4, eval_size=4, seed=0)
+
+
+@pytest.fixture(scope="module")
+def ttt_url(ttt) -> Iterator[str]:
+    with serve_in_background(build_app(ttt, max_concurrent_envs=4, tool_timeout=30)) as url:
+        yield url
+
+
+async def play(url: str, split: str, index: int, agent: SelfPlayAgent, script=first_listed_move):
+    chat = ScriptedChat(script)
+    with chat.serve() as chat_url:
+        pool = HttpSessionPool(chat_url)
+        row = {"messages": None, "metadata": {"url": url, "split": split, "index": index}}
+        return await rewarded(agent.play(pool, row, request_kwargs={}), EnvScore()), chat
+
+
+async def test_self_play_rewards_each_seat_by_its_own_outcome(ttt_url):
+    # Both seats take the first free cell: O at 0, 2, 4, 6 wins on the diagonal before X completes a line.
+    rollouts, chat = await play(ttt_url, "train", 0, SelfPlayAgent())
+    assert [(r.role, r.reward, r.failure) for r in rollouts] == [("player_0", 1.0, None), ("player_1", 0.0, None)]
+    assert rollouts[0].turns == 4 and rollouts[1].turns == 3 and rollouts[0].play_id == rollouts[1].play_id
+    first = chat.requests[0]["messages"]
+    assert seat_of(first[0]["content"]) == 0 and "You are Player 0 in Tic Tac Toe" in first[1]["content"]
+    # Each seat sees only its own player's view.
+    x_view = [r for r in chat.requests if seat_of(r["messages"][0]["content"]) == 1][0]["messages"]
+    assert "You are Player 1 in Tic Tac Toe" in x_view[1]["content"]
+
+
+async def test_against_the_scripted_opponent_the_agent_plays_its_seat_only(ttt, ttt_url):
+    for index in range(2):  # seat 0, then seat 1
+        rollouts, chat = await play(ttt_url, "eval", index, SelfPlayAgent())
+        [r] = rollouts
+        assert r.role == f"player_{index}" and r.failure is None and r.details["seat"] == index
+        assert r.reward in (0.0, 0.5, 1.0) and r.scores == {"win": r.reward}
+        assert {seat_of(q["messages"][0]["content"]) for q in chat.requests} == {index}
+        # The same match replayed directly gives the same outcome: the opponent's moves are seeded.
+        episode = ttt.episode("eval", index)
+        turn = episode.first_turn()
+        while turn is not None:
+            turn = episode.end_turn(listed_moves(turn.prompt)[0])
+        assert episode.scores() == {"win": r.reward}
+
+
+async def test_a_game_with_more_seats_than_roles_is_flagged_naming_agent_roles(ttt_url):
+    agent = SelfPlayAgent(roles=[{"name": "solo"}])
+    rollouts, _ = await play(ttt_url, "train", 1, agent)
+    [r] = rollouts
+    assert r.failure == Failure.AGENT_ERROR and "agent.roles has 1 role(s)" in r.error and r.reward == 0.0
+
+
+async def test_a_match_longer_than_max_turns_flags_every_seat(ttt_url):
+    rollouts, _ = await play(ttt_url, "train", 2, SelfPlayAgent(max_turns=3))
+    assert [r.failure for r in rollouts] == [Failure.MAX_TURNS, Failure.MAX_TURNS]
+
+
+def test_bad_game_settings_fail_naming_the_setting():
+    with pytest.raises(ValueError, match=r"env.game='TicTacTo-v0'.*not found"):
+        load_bundle("textarena", game="TicTacTo-v0")
+    with pytest.raises(ValueError, match="env.game=TicTacToe-v0 refuses env.num_players=3"):
+        load_bundle("textarena", game="TicTacToe-v0", num_players=3)
+    with pytest.raises(ValueError, match="env.eval_opponent='smart'"):
+        load_bundle("textarena", eval_opponent="smart")
