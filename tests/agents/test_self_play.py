@@ -87,3 +87,11 @@ def test_bad_game_settings_fail_naming_the_setting():
         load_bundle("textarena", game="TicTacToe-v0", num_players=3)
     with pytest.raises(ValueError, match="env.eval_opponent='smart'"):
         load_bundle("textarena", eval_opponent="smart")
+
+
+def test_demonstrations_play_listed_moves_for_one_seat(ttt):
+    chat = ttt.demonstration("train", 1, "random")
+    assert seat_of(chat[0]["content"]) == 1
+    moves = [m["content"] for m in chat if m["role"] == "assistant"]
+    prompts = [m["content"] for m in chat if m["role"] == "user"]
+    assert moves and all(move in listed_moves(p) for move, p in zip(moves, prompts, strict=True))

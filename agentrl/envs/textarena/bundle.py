@@ -101,6 +101,7 @@ class TextArenaBundle(Bundle):
 
     name = "textarena"
     version = "1"
+    teachers = ("random",)  # SFT demonstrations: a seat playing random listed moves (the format, not skill)
     eval_breakdown = {"seat": "reward_seat{}"}  # eval/reward_seat0, eval/reward_seat1 (vs a scripted opponent)
 
     def __init__(self, game: str = "TicTacToe-v0", *, num_players: int = 2, train_size: int = 256,
@@ -156,6 +157,23 @@ class TextArenaBundle(Bundle):
         info = self.task_info(split, index)
         return TextArenaEpisode(self, self._seeds[split] + index, info, self._opponents[split],
                                 self._seat(split, index))
+
+    def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
+        """Seat `index % num_players` of the match playing random listed moves against the random opponent:
+        its whole conversation (system, then each observation and move)."""
+        if teacher not in self.teachers:
+            raise ValueError(f"textarena teacher must be one of {self.teachers}, not {teacher!r}")
+        info = self.task_info(split, index)
+        seat = index % self.num_players
+        episode = TextArenaEpisode(self, self._seeds[split] + index, info, "random", seat)
+        rng = random.Random(f"demo-{split}-{index}")
+        turn: Turn | None = episode.first_turn()
+        messages: list[dict[str, Any]] = [{"role": "system", "content": turn.system_prompt}]
+        while turn is not None:
+            move = rng.choice(listed_moves(turn.prompt) or ["[0]"])
+            messages += [{"role": "user", "content": turn.prompt}, {"role": "assistant", "content": move}]
+            turn = episode.end_turn(move)
+        return messages
 
     def spec(self) -> dict[str, Any]:
         return {"bundle": "textarena", "train_split": self.train_split, "eval_split": self.eval_split,
