@@ -6,6 +6,11 @@ reads the rewrites and answers `Judgment: IDX` (0-based), taking the chosen rewr
 the play is then weighted by the reward group (`asymmetric`: x correct_weight when the selected answer is
 correct, x incorrect_weight otherwise; an early exit, where no solver or no rewriter produced an answer or the
 selector failed, counts as incorrect). On GridSim an answer is a submitted schedule, graded by the env.
+
+Budgets, as in Miles: `max_context_tokens` bounds each role's whole conversation (a rewriter's prompt holds every
+solver answer) and `max_response_tokens` one reply. A rollout over either is flagged (`over_budget`, `truncated`),
+never cut silently: it scores 0, its group is dropped from training, and a flagged selector ends the play early.
+Every rollout carries `details["judged"]`; the selector's also `details["outcome"]` (evaluation scores its pick).
 """
 
 from __future__ import annotations
@@ -15,10 +20,13 @@ import re
 from dataclasses import asdict
 from typing import Any
 
+import httpx
+
 from agentrl.agents.base import Role, SessionPool, agent_config, parse_roles, task_prompts, with_role
 from agentrl.agents.chat import role_turn
-from agentrl.agents.record import Play, Rollout
+from agentrl.agents.record import Failure, Play, Rollout
 from agentrl.agents.tool_calling import play_episode
+from agentrl.answers import extract_answer
 from agentrl.config.agent import CoEvolutionAgentConfig
 from agentrl.http import async_client
 
@@ -43,6 +51,19 @@ def _answered(record: Rollout) -> bool:
     return record.failure is None and bool(record.answer.strip())
 
 
+def _key(answer: str) -> str:
+    """What two answers must share to be the same pick: the final answer when there is one, else the text
+    without whitespace (a GridSim tool call's JSON)."""
+    final = extract_answer(answer)
+    return final.strip() if final is not None else "".join(answer.split())
+
+
+def restated(answer: str, rewrites: list[Rollout]) -> int | None:
+    """The index of the first rewrite whose answer `answer` restates, else None (an answer of its own)."""
+    key = _key(answer)
+    return next((i for i, r in enumerate(rewrites) if _key(r.answer) == key), None) if key else None
+
+
 class CoEvolutionAgent:
     """Plays one row as `2 x num_parallel + 1` rollouts (fewer on an early exit); a judged play whose outcome
     is the selected rewrite's scores."""
@@ -56,8 +77,26 @@ class CoEvolutionAgent:
     async def _episode(self, sessions: SessionPool, role: Role, messages: list[dict[str, Any]],
                        row: dict[str, Any], request_kwargs: dict[str, Any], play_id: str) -> Rollout:
         base_url = await sessions.open(role.name)
-        record = await play_episode(base_url, messages, request_kwargs, row.get("metadata") or {}, self.settings,
-                                    role=role.name)
+        cut: list[str] = []
+
+        async def watch(response: httpx.Response) -> None:
+            # play_episode grades a final plain reply even when it was cut at max_response_tokens; a budget
+            # must flag, not truncate silently, so every reply's finish_reason is watched here.
+            if response.request.url.path.endswith("/chat/completions") and response.status_code == 200:
+                await response.aread()
+                try:
+                    choices = response.json().get("choices") or [{}]
+                except ValueError:
+                    return
+                if choices[0].get("finish_reason") == "length":
+                    cut.append(str(response.request.url))
+
+        async with async_client(event_hooks={"response": [watch]}) as client:
+            record = await play_episode(base_url, messages, request_kwargs, row.get("metadata") or {},
+                                        self.settings, role=role.name, http_client=client)
+        if cut:
+            record.flag(Failure.TRUNCATED, f"a {role.name} reply hit max_response_tokens "
+                                           f"({self.settings.max_response_tokens})")
         return role.stamp(record, play_id)
 
     async def play(self, sessions: SessionPool, row: dict[str, Any], *, request_kwargs: dict[str, Any]) -> Play:
@@ -68,6 +107,7 @@ class CoEvolutionAgent:
         def early_exit(rollouts: list[Rollout]) -> Play:
             for r in rollouts:
                 r.early_exit = True
+                r.details["judged"] = True
             return Play(rollouts, outcome=None, judged=True)
 
         solver_msgs = [{"role": "system", "content": with_role(system, solver)}, {"role": "user", "content": task}]
@@ -87,22 +127,45 @@ class CoEvolutionAgent:
         if not rewrites:
             return early_exit(solvers + rewriters)
 
-        base_url = await sessions.open(selector.name)
         block = solutions_block("Rewritten solutions", [r.answer for r in rewrites])
         messages = [{"role": "system", "content": with_role(system, selector)},
                     {"role": "user", "content": f"{task}\n\n{block}"}]
+        if self.settings.selection == "answer":
+            return await self._select_by_answer(sessions, selector, messages, row, request_kwargs, play_id,
+                                                solvers + rewriters, rewrites, early_exit)
+        base_url = await sessions.open(selector.name)
         judge = selector.stamp(Rollout(role=selector.name, base_url=base_url), play_id)
         async with async_client() as client:
             reply = await role_turn(client, base_url, messages, judge, request_kwargs=request_kwargs,
                                     max_response_tokens=self.settings.max_response_tokens,
                                     max_context_tokens=self.settings.max_context_tokens,
                                     timeout=self.settings.model_timeout)
+        if reply is not None and reply.finish_reason == "length":
+            # A cut-off judgment is not a judgment: flagged, like any role's reply over max_response_tokens.
+            judge.flag(Failure.TRUNCATED, "the selector's reply hit max_response_tokens")
+            reply = None
         picked = parse_judgment(reply.content, len(rewrites)) if reply is not None else None
         judge.answer = reply.content if reply is not None else ""
-        judge.details["selected"] = picked
+        judge.details.update(selected=picked, outcome=True)
         # The selector is scored by the rewrite it picked; nothing picked: nothing scored.
         judge.scores = dict(rewrites[picked].scores or {}) if picked is not None else None
         rollouts = solvers + rewriters + [judge]
         if picked is None:
             return early_exit(rollouts)
+        for r in rollouts:
+            r.details["judged"] = True
+        return Play(rollouts, outcome=judge.scores, judged=True)
+
+    async def _select_by_answer(self, sessions: SessionPool, selector: Role, messages: list[dict[str, Any]],
+                                row: dict[str, Any], request_kwargs: dict[str, Any], play_id: str,
+                                before: list[Rollout], rewrites: list[Rollout], early_exit: Any) -> Play:
+        """`selection: answer`: the selector plays the episode (with its tools) seeing the rewrites; the env
+        grades what it submits, and `selected` is the rewrite it restated (None: an answer of its own)."""
+        judge = await self._episode(sessions, selector, messages, row, request_kwargs, play_id)
+        judge.details.update(selected=restated(judge.answer, rewrites) if _answered(judge) else None, outcome=True)
+        rollouts = [*before, judge]
+        if not _answered(judge) or judge.scores is None:
+            return early_exit(rollouts)
+        for r in rollouts:
+            r.details["judged"] = True
         return Play(rollouts, outcome=judge.scores, judged=True)

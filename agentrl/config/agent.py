@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -26,6 +27,9 @@ class AgentConfig:
     max_context_tokens: int | None = 4096
     max_response_tokens: int | None = 512  # per model turn (null: the endpoint's default)
     model_timeout: float = 600.0  # seconds for one model reply
+    # Healthy ranges of the run's metrics, metric -> [low, high] (e.g. multi_agent/avg_turns: [1, 2]); the GRPO
+    # run's end prints one line flagging any outside (agentrl/trainers/health.py). {}: nothing checked.
+    health: dict[str, list[Any]] = field(default_factory=dict)  # numbers; checked below (ints allowed)
 
     def __post_init__(self) -> None:
         if int(self.max_turns) < 1:
@@ -36,6 +40,10 @@ class AgentConfig:
                 raise ValueError(f"agent.{name} must be at least 1 (or null), not {value}")
         if not float(self.model_timeout) > 0:
             raise ValueError(f"agent.model_timeout must be positive, not {self.model_timeout}")
+        for metric, bounds in (self.health or {}).items():
+            numbers = len(bounds) == 2 and all(isinstance(b, int | float) and not isinstance(b, bool) for b in bounds)
+            if not numbers or float(bounds[0]) > float(bounds[1]):
+                raise ValueError(f"agent.health.{metric} must be [low, high] with low <= high, not {list(bounds)}")
 
 
 @dataclass
@@ -47,6 +55,10 @@ class ToolCallingAgentConfig(AgentConfig):
 class CoEvolutionAgentConfig(AgentConfig):
     _target_: str = "agentrl.agents.co_evolution.CoEvolutionAgent"
     num_parallel: int = 5  # solvers, and rewriters, per prompt
+    # How the selector picks: "judgment" (Miles: it replies `Judgment: IDX` and takes that rewrite's score) or
+    # "answer" (it plays the episode itself, restating the rewrite it picks, and the env grades its answer; a
+    # model warm-started on the task can play this from its first step, as it never learned the Judgment format).
+    selection: str = "judgment"
     roles: list[RoleConfig] = field(
         default_factory=lambda: [
             RoleConfig(name="solver", prompt="Solve the problem. End with \\boxed{answer}."),
@@ -65,6 +77,8 @@ class CoEvolutionAgentConfig(AgentConfig):
         super().__post_init__()
         if int(self.num_parallel) < 1:
             raise ValueError(f"agent.num_parallel must be at least 1, not {self.num_parallel}")
+        if self.selection not in ("judgment", "answer"):
+            raise ValueError(f"agent.selection must be judgment or answer, not {self.selection!r}")
 
 
 @dataclass

@@ -1,16 +1,20 @@
-"""Evaluation by playing real episodes: one rollout per eval task, scored by the env's grader.
+"""Evaluation by playing real episodes: one play per eval task, scored by the env's grader.
 
+A task's eval reward is its play's outcome (`outcome_of`): the one rollout of a tool-calling play; for a judged
+play (co-evolution) the selected answer's score, unweighted, and 0 when the play exited before selecting. Plays
+with several roles also report each role's mean (`eval/reward_<role>`, e.g. the solvers' own mean).
 Each evaluation prints one line as it ends (`eval_line`), so a run's progress shows without MLflow.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tqdm import tqdm
@@ -23,6 +27,34 @@ def eval_indices(bundle: Any, split: str, limit: int | None) -> list[int]:
     """The first `limit` task indices of `split` (all when limit is None)."""
     count = bundle.splits()[split]
     return list(range(count if limit is None else min(int(limit), count)))
+
+
+def unweighted(rollout: Rollout) -> float:
+    """The rollout's reward before the reward group's outcome weighting (eval scores answers, not plays)."""
+    return rollout.reward / rollout.weight if rollout.weight else rollout.reward
+
+
+def outcome_of(group: Sequence[Rollout]) -> Rollout:
+    """The rollout that stands for a row's play: the one marked `details["outcome"]` (a judged play's selector,
+    rewarded with its selected answer's unweighted score), a copy of the first scored 0 when a judged play exited
+    before its outcome, else the first rollout (tool_calling's only one)."""
+    marked = [r for r in group if r.details.get("outcome")]
+    if marked:
+        return dataclasses.replace(marked[0], reward=unweighted(marked[0]))
+    if any(r.details.get("judged") for r in group):
+        return dataclasses.replace(group[0], reward=0.0)
+    return group[0]
+
+
+def role_metrics(groups: Sequence[Sequence[Rollout]], prefix: str) -> dict[str, float]:
+    """`<prefix>/reward_<role>`: each role's mean unweighted reward, for plays with more than one role."""
+    by_role: dict[str, list[float]] = defaultdict(list)
+    for group in groups:
+        for r in group:
+            by_role[r.role].append(unweighted(r))
+    if len(by_role) < 2:
+        return {}
+    return {f"{prefix}/reward_{role}": sum(rs) / len(rs) for role, rs in sorted(by_role.items())}
 
 
 def reward_metrics(played: list[Rollout], prefix: str, breakdown: Mapping[str, str] | None = None) -> dict[str, float]:
@@ -67,12 +99,14 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, tempe
             for i in eval_indices(bundle, split, limit)]
     kwargs: dict[str, Any] = {"temperature": float(temperature), "top_p": float(top_p),
                               "chat_template_kwargs": {"enable_thinking": False}}
-    played: list[Rollout] = []
+    every: list[list[Rollout]] = []
     for start in range(0, len(rows), chunk):  # bounded concurrency: the engine batches up to its limit anyway
         groups = asyncio.run(services.runner.play_rows(rows[start:start + chunk], 1, request_kwargs=kwargs,
                                                        seed_parts=(*seed_parts, prefix)))
-        played += [g[0] for g in groups if g]
+        every += [g for g in groups if g]
+    played = [outcome_of(g) for g in every]
     metrics = reward_metrics(played, prefix, getattr(bundle, "eval_breakdown", None))
+    metrics.update(role_metrics(every, prefix))
     if not quiet:  # above any progress bar, and at once even when stdout is a pipe
         tqdm.write(eval_line(metrics, time.monotonic() - started, prefix=prefix, step=step), file=sys.stdout)
         sys.stdout.flush()

@@ -31,6 +31,7 @@ from agentrl.devices import set_threads, train_device
 from agentrl.rewards import FAILED, FailureStreak, failure_cause, group_drop_reason
 from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.evaluate import evaluate
+from agentrl.trainers.health import HealthWatch
 from agentrl.trainers.plots import reward_curves
 from agentrl.trainers.policies import MAIN, Policy, load_learners, main_policy, plan_policies, step_policies
 from agentrl.trainers.rollout import make_row
@@ -117,6 +118,7 @@ class GRPOTrainer:
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
         self.streak = FailureStreak(int(self.t.max_drops_in_a_row))
         self.times: Counter[str] = Counter()  # wall seconds: warm_start, train, eval
+        self.health = HealthWatch(cfg.agent.get("health"))  # the recipe's healthy ranges, judged at the end
 
     @classmethod
     def resume_run_id(cls, cfg: DictConfig) -> str | None:
@@ -281,6 +283,7 @@ class GRPOTrainer:
                 if step == steps or (eval_every and step % eval_every == 0):
                     metrics.update(self._evaluate(step))
                 self.tracker.log(metrics, step=step)
+                self.health.add(metrics)
                 if ckpt_every and (step % ckpt_every == 0 or step == steps):
                     self._save(step)
                 bar.set_postfix(reward=f"{metrics['train/reward']:.3f}",
@@ -292,6 +295,11 @@ class GRPOTrainer:
             if "eval/reward" not in final and self.history["eval/reward"]:
                 final["eval/reward"] = self.history["eval/reward"][-1][1]
             final.update({f"time/{k}_total_s": v for k, v in self.times.items()})
+            health = self.health.metrics()
+            print(self.health.summary(), flush=True)
+            if health:
+                self.tracker.log(health, step=steps)
+            final.update(health)
             self._log_final_model()
         finally:
             self.services.close()
