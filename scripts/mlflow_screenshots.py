@@ -27,7 +27,7 @@ import websockets
 # What Chromium needs on a machine with no screen, no GPU and a closed network (no background fetches).
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars", "--window-size=1600,1000"]
+         "--hide-scrollbars"]
 # Close the "MLflow Assistant" side panel (its close button's component id), so the page gets the width.
 CLOSE_ASSISTANT = """
 (() => { const b = document.querySelector('button[data-component-id="mlflow.assistant.chat_panel.close"]');
@@ -35,7 +35,8 @@ CLOSE_ASSISTANT = """
 """
 
 
-async def shoot(ws_url: str, url: str, out: Path, wait_s: float, script: str | None = None) -> None:
+async def shoot(ws_url: str, url: str, out: Path, wait_s: float, script: str | None = None,
+                size: tuple[int, int] = (1600, 1000)) -> None:
     """Open `url`, wait, optionally run `script`, capture the viewport to `out`."""
     async with websockets.connect(ws_url, max_size=64 << 20) as ws:
         seq = 0
@@ -50,7 +51,8 @@ async def shoot(ws_url: str, url: str, out: Path, wait_s: float, script: str | N
                     return msg.get("result", {})
 
         await call("Page.enable")
-        await call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1, mobile=False)
+        await call("Emulation.setDeviceMetricsOverride", width=size[0], height=size[1], deviceScaleFactor=1,
+                   mobile=False)
         await call("Page.navigate", url=url)
         await asyncio.sleep(wait_s)
         if script:
@@ -69,6 +71,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("docs/img"))
     ap.add_argument("--wait", type=float, default=20.0, help="seconds each page gets to load its data and charts")
     ap.add_argument("--port", type=int, default=9333)
+    ap.add_argument("--height", type=int, default=1000, help="viewport height in pixels (width 1600)")
     args = ap.parse_args()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
@@ -87,7 +90,8 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as profile:
         proc = subprocess.Popen([chromium, *FLAGS, f"--user-data-dir={profile}",
-                                 f"--remote-debugging-port={args.port}", "about:blank"],
+                                 f"--window-size=1600,{args.height}", f"--remote-debugging-port={args.port}",
+                                 "about:blank"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 60
@@ -101,7 +105,7 @@ def main() -> None:
                     time.sleep(0.5)
             ws_url = next(t["webSocketDebuggerUrl"] for t in targets if t.get("type") == "page")
             for name, url in pages.items():
-                asyncio.run(shoot(ws_url, url, args.out / name, args.wait, CLOSE_ASSISTANT))
+                asyncio.run(shoot(ws_url, url, args.out / name, args.wait, CLOSE_ASSISTANT, (1600, args.height)))
         finally:
             proc.terminate()
             proc.wait(timeout=30)
