@@ -302,12 +302,17 @@ class MLflowTracker:
             # MLflow's context manager drops $MLFLOW_TRACKING_URI on the way out: a sweep's next job would then
             # log to the default store, so the variable is put back as it was.
             saved = os.environ.get("MLFLOW_TRACKING_URI")
+            # The flavor warns that a local folder has no Hub model card or license: true and of no use here.
+            flavor_log = logging.getLogger("mlflow.transformers")
+            level = flavor_log.level
+            flavor_log.setLevel(logging.ERROR)
             try:
                 with _use_tracking_uri(self.tracking_uri):
                     mlflow.transformers.log_model(
                         {"model": model, "tokenizer": tokenizer}, name=name, task="text-generation",
                         run_id=self.run_id, model_id=logged.model_id, pip_requirements=requirements)
             finally:
+                flavor_log.setLevel(level)
                 if saved is not None:
                     os.environ["MLFLOW_TRACKING_URI"] = saved
         except ImportError as err:
