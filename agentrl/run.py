@@ -119,8 +119,9 @@ def run(cfg: DictConfig) -> float | None:
     if cfg.dry_run:
         if hasattr(plan.trainer_cls, "dry_run_report"):  # e.g. Miles: the exact command it would launch
             print(plan.trainer_cls.dry_run_report(cfg, plan), flush=True)
+        apart = " (kept apart from the real runs)" if tracker.experiment != cfg.logger.experiment else ""
         print(f"dry run: composed, validated and instantiated; MLflow run {tracker.run_id} "
-              f"in experiment {tracker.experiment} (dry runs stay out of the real runs' list)", flush=True)
+              f"in experiment {tracker.experiment}{apart}", flush=True)
         tracker.finish()
         return None
 
