@@ -118,12 +118,14 @@ def table(records: list[dict[str, Any]]) -> str:
             cells.append(f"{m:.3f} ± {se:.3f}")
         g, gse = mean_se([r["greedy"] for r in rs])
         lines.append(f"| {backend} | {len(rs)} | " + " | ".join(cells) + f" | {g:.3f} ± {gse:.3f} |")
-    lines += ["", "| backend | s/step | generate | train | other | peak RSS (MiB, process tree) |",
-              "| --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| backend | s/step | generate | train | other | peak RSS, fresh process (MiB) | "
+                  "peak RSS in the multirun (MiB) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for backend, rs in sorted(by.items()):
         step, gen, train = (mean_se([r[k] for r in rs])[0] for k in ("step_s", "generate_s", "train_s"))
         peak = max(r["peak_mib"] for r in rs)
-        lines.append(f"| {backend} | {step:.2f} | {gen:.2f} | {train:.2f} | {step - gen - train:.2f} | {peak:.0f} |")
+        fresh = rs[0].get("fresh_peak_mib", float("nan"))
+        lines.append(f"| {backend} | {step:.2f} | {gen:.2f} | {train:.2f} | {step - gen - train:.2f} | "
+                     f"{fresh:.0f} | {peak:.0f} |")
     if {"grpo", "trl"} <= by.keys():
         g, t = (mean_se([r["step_s"] for r in by[b]])[0] for b in ("grpo", "trl"))
         last = steps[-1] if steps else None
@@ -131,6 +133,20 @@ def table(records: list[dict[str, Any]]) -> str:
         lines += ["", f"grpo/trl time per step: {g / t:.2f} (goal <= 0.5); final eval/reward grpo {eg:.3f} vs "
                       f"trl {et:.3f} (goal: grpo >= trl)"]
     return "\n".join(lines)
+
+
+def run_sampled(command: list[str], env: dict[str, str], log_path: Path) -> TreeSampler:
+    """Run `command`, sampling its process tree; raises SystemExit when it fails."""
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        sampler = TreeSampler(proc.pid)
+        sampler.thread.start()
+        code = proc.wait()
+        sampler.stop.set()
+        sampler.thread.join()
+    if code != 0:
+        raise SystemExit(f"{shlex.join(command[1:])} failed ({code}); its output: {log_path}")
+    return sampler
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -144,34 +160,41 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warm-start", help="one SFT folder for every job (default: the recipe's own, per seed)")
     ap.add_argument("--home", default=str(REPO / "outputs" / "backends"), help="AGENTRL_HOME of the jobs")
     ap.add_argument("--results", help="append the report to this markdown file")
+    ap.add_argument("--memory-steps", type=int, default=2, help="steps of the fresh-process memory runs (0: none)")
     ap.add_argument("overrides", nargs="*", help="more Hydra overrides, applied to every job")
     args = ap.parse_args(argv)
     home = Path(args.home)
     home.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{home / 'mlflow.db'}"
-    command = [sys.executable, "-m", "agentrl", "-m", f"+recipe={args.recipe}", f"trainer={args.backends}",
-               f"seed={args.seeds}", f"trainer.steps={args.steps}", f"trainer.eval_every={args.eval_every}",
-               f"trainer.eval_limit={args.eval_limit}", "trainer.checkpoint_every=0", "task_name=backends"]
-    if args.warm_start:
-        command.append(f"trainer.warm_start.checkpoint={args.warm_start}")
-    command += args.overrides
+
+    def build(backends: str, seeds: str, steps: int, task: str) -> list[str]:
+        cmd = [sys.executable, "-m", "agentrl", *(["-m"] if task == "backends" else []), f"+recipe={args.recipe}",
+               f"seed={seeds}", f"trainer={backends}", f"trainer.steps={steps}",  # seed first: jobs alternate
+               f"trainer.eval_every={args.eval_every}", f"trainer.eval_limit={args.eval_limit}",
+               "trainer.checkpoint_every=0", f"task_name={task}"]
+        if args.warm_start:
+            cmd.append(f"trainer.warm_start.checkpoint={args.warm_start}")
+        return cmd + args.overrides
+
+    command = build(args.backends, args.seeds, args.steps, "backends")
     env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": uri, "TOKENIZERS_PARALLELISM": "false",
            "TRL_EXPERIMENTAL_SILENCE": "1"}
     print("$ " + shlex.join(command), flush=True)
     since = int(time.time() * 1000)
     started = time.monotonic()
     load_before = os.getloadavg()[0]
-    log_path = home / f"backends-{since}.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-        sampler = TreeSampler(proc.pid)
-        sampler.thread.start()
-        code = proc.wait()
-        sampler.stop.set()
-        sampler.thread.join()
-    if code != 0:
-        raise SystemExit(f"the multirun failed ({code}); its output: {log_path}")
+    sampler = run_sampled(command, env, home / f"backends-{since}.log")
     records = collect(uri, since, sampler)
+    # The multirun's jobs share one process, which keeps an earlier job's heap: peak memory comes from one
+    # fresh process per backend instead (seed 0, same overrides, `--memory-steps` steps).
+    fresh: dict[str, float] = {}
+    if args.memory_steps > 0:
+        for backend in args.backends.split(","):
+            single = build(backend, "0", args.memory_steps, "backends_memory")
+            print("$ " + shlex.join(single), flush=True)
+            fresh[backend] = max(m for _, m, _ in run_sampled(single, env, home / f"memory-{backend}.log").samples)
+    for r in records:
+        r["fresh_peak_mib"] = fresh.get(r["backend"], float("nan"))
     report = "\n".join([
         f"`{shlex.join(command[1:])}` (`benchmarks/backends.py`), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}:"
         f" {len(records)} child runs under MLflow parent {records[0]['parent'] if records else '?'}, "

@@ -41,7 +41,7 @@ Sink = Callable[[dict[str, float], int], None]
 INDEX_KEY = "agentrl_index"  # carried in every prompt message: rollout_func receives only the prompts
 # TRL's log keys that mean what one of ours means (TRL's own names are kept beside, under trl/).
 SAME_MEANING = {"loss": "train/loss", "grad_norm": "train/grad_norm", "kl": "train/kl",
-                "clip_ratio/region_mean": "train/clip_fraction"}
+                "clip_ratio/region_mean": "train/clip_fraction", "entropy": "train/entropy"}
 
 
 def train_dataset(cfg: DictConfig, bundle: Any) -> Any:
@@ -217,6 +217,8 @@ def make_callback(bridge: Bridge, trainer_ref: list[Any]) -> Any:
             numbers = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
             metrics = {f"trl/{k}": v for k, v in numbers.items()}
             metrics.update({ours: numbers[k] for k, ours in SAME_MEANING.items() if k in numbers})
+            if "loss" in numbers and "kl" not in numbers and float(bridge.t.kl_coef) == 0:
+                metrics["train/kl"] = 0.0  # TRL computes no KL without beta; the built-in trainer logs 0 then
             metrics.update(self.pending)
             self.pending = {}
             bridge.sink(metrics, state.global_step)
