@@ -1,0 +1,180 @@
+"""Issue 16's learning proofs, one command each (results in benchmarks/RESULTS.md, "Algorithms").
+
+    python benchmarks/algorithms.py start   --home H                     # the greedy rule's imitation (SFT), once
+    python benchmarks/algorithms.py beat    --home H --seeds 0 1 2       # (1) RL beats its teacher, paired per day
+    python benchmarks/algorithms.py compare --home H --seeds 0 1 2 --losses grpo,dr_grpo,dapo,gspo   # (2) multirun
+    python benchmarks/algorithms.py flagship --home H                    # (3) the README command, timed
+
+Every GRPO run is the real CLI (`python -m agentrl +recipe=gridsim_beat_teacher ...`) in a subprocess, from the
+same start folder (`trainer.warm_start.checkpoint`), logging to one MLflow store under H (`H/mlflow.db`). Extra
+Hydra overrides go after `--`, e.g. `... beat --home H --seeds 0 -- trainer.steps=20 trainer.eval_limit=20`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning import compose, eval_both, plan_for  # noqa: E402 - the sibling benchmark's helpers
+
+RECIPE = "gridsim_beat_teacher"
+
+
+def cli(home: Path, args: Sequence[str], log: Path, threads: int = 1) -> float:
+    """Run `python -m agentrl ARGS` with this benchmark's home and MLflow store; returns its wall seconds."""
+    env = dict(os.environ, AGENTRL_HOME=str(home), MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
+               OMP_NUM_THREADS=str(threads))
+    started = time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.run([sys.executable, "-m", "agentrl", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode:
+        raise SystemExit(f"agentrl {' '.join(args)} failed ({proc.returncode}); see {log}")
+    return time.monotonic() - started
+
+
+def start_path(home: Path, extra: Sequence[str] = ()) -> Path:
+    """The greedy imitation every run starts from: the recipe's warm start at seed 0 (made if missing)."""
+    os.environ["AGENTRL_HOME"] = str(home)
+    from agentrl.trainers.warm_start import warm_start_path
+
+    cfg = compose([f"+recipe={RECIPE}", "seed=0", *extra])
+    return Path(warm_start_path(cfg, plan_for(cfg, home / "run-start")))
+
+
+def mean_se(xs: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error of the mean (0 for fewer than two values)."""
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, 0.0
+    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+
+
+def greedy_rule_scores(plan, limit: int | None) -> list[float]:
+    """The greedy rule's score on each eval day, in eval order."""
+    from agentrl.envs.gridsim.baselines import baseline_scores
+
+    rows = plan.bundle.rows(plan.cfg.env.eval_split)
+    return [baseline_scores(r)["greedy"] for r in (rows[:limit] if limit else rows)]
+
+
+def beat(args: argparse.Namespace, extra: list[str]) -> None:
+    """(1) GRPO from the greedy rule's imitation, per seed; the paired per-day difference against the rule."""
+    home = Path(args.home)
+    start = start_path(home, extra)
+    cfg = compose([f"+recipe={RECIPE}", *extra])
+    limit, temp = cfg.trainer.eval_limit, float(cfg.trainer.temperature)
+    plan = plan_for(cfg, home / "run-eval")
+    rule = greedy_rule_scores(plan, limit)
+
+    def one(seed: int) -> tuple[int, float, Path]:
+        run_dir = home / f"beat{args.tag}" / f"seed-{seed}"
+        # The run's own evals may be cut (--cli-eval-limit): the table below comes from this script's evals.
+        own = [f"trainer.eval_limit={args.cli_eval_limit}"] if args.cli_eval_limit else []
+        wall = cli(home, [f"+recipe={RECIPE}", f"seed={seed}", f"trainer.warm_start.checkpoint={start}",
+                          f"hydra.run.dir={run_dir}", *extra, *own], home / f"beat{args.tag}-seed-{seed}.log")
+        return seed, wall, run_dir / "final_model"
+
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}").search_experiments()  # made once: no racing migrations
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        runs = list(pool.map(one, args.seeds))
+    per_seed: dict[int, list[float]] = {}
+    rows = []
+    for seed, wall, model in runs:
+        m, rewards = eval_both(compose([f"+recipe={RECIPE}", f"seed={seed}", *extra]), plan, str(model), limit, temp)
+        per_seed[seed] = rewards
+        d, se = mean_se([a - b for a, b in zip(rewards, rule, strict=True)])
+        rows.append(f"| {seed} | {m['eval/reward']:.3f} | {m['eval_greedy/reward']:.3f} | {d:+.3f} ± {se:.3f} "
+                    f"| {wall / 60:.1f} |")
+    m0, r0 = eval_both(cfg, plan, str(start), limit, temp)
+    days = len(rule)
+    avg = [sum(per_seed[s][i] for s in per_seed) / len(per_seed) for i in range(days)]
+    d, se = mean_se([a - b for a, b in zip(avg, rule, strict=True)])
+    print(f"\n## (1) GRPO from the greedy rule's imitation, {days} eval days, sampled at T={temp}\n")
+    print(f"greedy rule {sum(rule) / days:.3f}; start (SFT on the rule) sampled {m0['eval/reward']:.3f}, "
+          f"greedy-decoded {m0['eval_greedy/reward']:.3f}\n")
+    print("| seed | sampled | greedy-decoded | paired diff vs the rule (sampled) ± se | wall min (CLI, all in) |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+    sampled = [sum(r) / days for r in per_seed.values()]
+    ms, ses = mean_se(sampled)
+    verdict = "PASS" if d > 2 * se else "FAIL"
+    print(f"\nmean over {len(per_seed)} seeds: {ms:.3f} ± {ses:.3f} (se over seeds); paired per-day difference of "
+          f"the seed-mean against the greedy rule: {d:+.4f} ± {se:.4f} ({d / se if se else float('nan'):.1f} se): "
+          f"{verdict}")
+    print(f"start vs rule, paired: {mean_se([a - b for a, b in zip(r0, rule, strict=True)])}")
+
+
+def compare(args: argparse.Namespace, extra: list[str]) -> None:
+    """(2) One Hydra multirun over losses x seeds (children of one MLflow parent), then its table."""
+    home = Path(args.home)
+    start = start_path(home, extra)
+    wall = cli(home, ["-m", f"+recipe={RECIPE}", f"trainer.loss={args.losses}",
+                      f"seed={','.join(str(s) for s in args.seeds)}", f"trainer.warm_start.checkpoint={start}",
+                      f"hydra.sweep.dir={home / ('compare' + args.tag)}", *extra], home / f"compare{args.tag}.log")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    exps = [e.experiment_id for e in client.search_experiments()]
+    parent = client.search_runs(exps, "tags.agentrl.sweep = 'true'", order_by=["attribute.start_time DESC"])[0]
+    children = client.search_runs(exps, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    table: dict[str, dict[int, list[float]]] = {}
+    step_s: dict[str, list[float]] = {}
+    for run in children:
+        loss = run.data.params.get("trainer/loss", "?")
+        for m in client.get_metric_history(run.info.run_id, "eval/reward"):
+            table.setdefault(loss, {}).setdefault(m.step, []).append(m.value)
+        steps = [m.value for m in client.get_metric_history(run.info.run_id, "time/step_s") if m.step >= 1]
+        step_s.setdefault(loss, []).extend(steps)
+    evals = sorted({s for by in table.values() for s in by})
+    print(f"\n## (2) losses x seeds {args.seeds}: parent run {parent.info.run_id}, {len(children)} children, "
+          f"{wall / 60:.1f} min\n")
+    print("| loss | " + " | ".join(f"eval@{s}" for s in evals) + " | s/step |")
+    print("|---|" + "---|" * (len(evals) + 1))
+    for loss, by in sorted(table.items()):
+        cells = [("{:.3f} ± {:.3f}".format(*mean_se(by[s])) if s in by else "-") for s in evals]
+        print(f"| {loss} | " + " | ".join(cells) + f" | {mean_se(step_s.get(loss) or [float('nan')])[0]:.2f} |")
+
+
+def flagship(args: argparse.Namespace, extra: list[str]) -> None:
+    """(3) `python -m agentrl +recipe=gridsim_grpo` in a fresh home, all in."""
+    home = Path(args.home)
+    wall = cli(home, ["+recipe=gridsim_grpo", *extra], home / "flagship.log", threads=0)
+    tail = (home / "flagship.log").read_text().splitlines()[-6:]
+    print(f"\n## (3) the flagship: {wall / 60:.1f} min all in\n" + "\n".join(tail))
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("proof", choices=("start", "beat", "compare", "flagship"))
+    ap.add_argument("--home", required=True, help="output root: the start, the runs, the MLflow store")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--losses", default="grpo,dr_grpo,dapo,gspo")
+    ap.add_argument("--jobs", type=int, default=1, help="beat: seeds run at once (one torch thread each)")
+    ap.add_argument("--cli-eval-limit", type=int, default=None,
+                    help="beat: eval days of the GRPO runs' own evals (default: the recipe's; the benchmark's "
+                         "paired table always plays the recipe's eval days)")
+    ap.add_argument("--tag", default="", help="suffix for the run folders (several measurements in one home)")
+    args = ap.parse_args(argv)
+    print(f"# algorithms benchmark {time.strftime('%Y-%m-%d %H:%M')} load {os.getloadavg()[0]:.1f} "
+          f"({args.proof}, overrides {extra})", flush=True)
+    if args.proof == "start":
+        print(start_path(Path(args.home), extra))
+    else:
+        {"beat": beat, "compare": compare, "flagship": flagship}[args.proof](args, extra)
+
+
+if __name__ == "__main__":
+    main()
