@@ -131,10 +131,9 @@ class Bridge:
             # Nothing was recorded (the play failed before the model's first turn): TRL needs a non-empty
             # completion, so the prompt as the template renders it and one end token, masked out, reward 0.
             row = rollout.row
-            prompt = self.tokenizer.apply_chat_template(row["messages"], tools=row["metadata"].get("tools"),
-                                                        add_generation_prompt=True, tokenize=True,
-                                                        enable_thinking=False)
-            prompt = list(prompt["input_ids"] if isinstance(prompt, dict) else prompt)
+            prompt = list(self.tokenizer.apply_chat_template(
+                row["messages"], tools=row["metadata"].get("tools"), add_generation_prompt=True, tokenize=True,
+                return_dict=False, enable_thinking=False))
             return {"prompt_ids": prompt, "completion_ids": [self.tokenizer.eos_token_id], "logprobs": [0.0],
                     "env_mask": [0], "reward": float(rollout.reward)}
         cut = sample.prompt_length

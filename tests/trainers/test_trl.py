@@ -150,3 +150,32 @@ def test_refusals_name_the_key(trainer: dict, agent: dict, named: str) -> None:
     cfg.agent = OmegaConf.merge(cfg.agent, agent)
     with pytest.raises(TRLConfigError, match=re.escape(named)):
         check_config(cfg)
+
+
+def test_a_play_becomes_trl_fields(tmp_path: Path) -> None:
+    """Prompt before the first model turn, the rest as completion with our mask; a failed group trains nothing;
+    a play with nothing recorded still gives TRL a non-empty, fully masked completion."""
+    from transformers import AutoTokenizer
+
+    from agentrl.agents.record import Failure, Rollout
+    from agentrl.inference.samples import Sample
+    from agentrl.models.tiny import ensure_tiny_model
+    from agentrl.trainers.trl_worker import Bridge
+
+    path = ensure_tiny_model(str(tmp_path / "tiny"), vocab_size=512, hidden_size=32, num_layers=1, num_heads=2,
+                             num_kv_heads=1, intermediate_size=64)
+    tok = AutoTokenizer.from_pretrained(path)
+    bridge = Bridge(_cfg(), plan=None, services=None, tokenizer=tok, sink=None)
+    sample = Sample([5, 6, 7, 8, 9, 10, 11], [0, 0, 1, 1, 0, 1, 1], [0, 0, -0.5, -0.2, 0, -0.1, -0.3],
+                    turn_boundaries=[(2, 4), (5, 7)])
+    played = Rollout(reward=0.75, sample=sample)
+    fields = bridge._completion(played, train=True)
+    assert fields == {"prompt_ids": [5, 6], "completion_ids": [7, 8, 9, 10, 11], "env_mask": [1, 1, 0, 1, 1],
+                      "logprobs": [-0.5, -0.2, 0.0, -0.1, -0.3], "reward": 0.75}
+    assert bridge._completion(played, train=False)["env_mask"] == [0] * 5
+    empty = Rollout(sample=Sample([], [], []), row={"messages": [{"role": "user", "content": "hi"}],
+                                                     "metadata": {"tools": None}})
+    empty.flag(Failure.NO_MODEL_TURN, "nothing recorded")
+    fields = bridge._completion(empty, train=True)
+    assert fields["prompt_ids"] and fields["completion_ids"] == [tok.eos_token_id]
+    assert fields["env_mask"] == [0] and fields["reward"] == 0.0
