@@ -72,13 +72,15 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), se
 
 
-def collect(uri: str, since_ms: int, sampler: TreeSampler) -> list[dict[str, Any]]:
-    """One record per child run of the newest sweep parent started after `since_ms`."""
+def collect(uri: str, since_ms: int, sampler: TreeSampler | None, parent_id: str | None = None
+            ) -> list[dict[str, Any]]:
+    """One record per child run of the newest sweep parent started after `since_ms` (or of `parent_id`)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     exps = [e.experiment_id for e in client.search_experiments()]
-    parents = [r for r in client.search_runs(exps, "tags.`agentrl.sweep` = 'true'") if r.info.start_time >= since_ms]
+    parents = [r for r in client.search_runs(exps, "tags.`agentrl.sweep` = 'true'") if r.info.start_time >= since_ms
+               and parent_id in (None, r.info.run_id)]
     if not parents:
         raise SystemExit("no sweep parent run found: did the multirun start?")
     parent = max(parents, key=lambda r: r.info.start_time)
@@ -91,6 +93,7 @@ def collect(uri: str, since_ms: int, sampler: TreeSampler) -> list[dict[str, Any
             return {m.step: m.value for m in client.get_metric_history(rid, key)}
 
         steps = {k: series(f"time/{k}_s") for k in ("generate", "train", "step")}
+        steps.update({k: series(f"rollout/{k}") for k in ("rows_drawn", "groups_kept")})
         train_steps = sorted(s for s in steps["step"] if s > 0)
         per_step = {k: statistics.fmean(steps[k][s] for s in train_steps if s in steps[k]) if train_steps else
                     float("nan") for k in steps}
@@ -99,7 +102,8 @@ def collect(uri: str, since_ms: int, sampler: TreeSampler) -> list[dict[str, Any
                     "seed": run.data.params.get("seed"), "status": run.info.status, "eval": series("eval/reward"),
                     "greedy": run.data.metrics.get("eval_greedy/reward", float("nan")),
                     "generate_s": per_step["generate"], "train_s": per_step["train"], "step_s": per_step["step"],
-                    "peak_mib": sampler.peak(run.info.start_time / 1000, end)})
+                    "rows_drawn": per_step["rows_drawn"], "groups_kept": per_step["groups_kept"],
+                    "peak_mib": sampler.peak(run.info.start_time / 1000, end) if sampler else float("nan")})
     return out
 
 
@@ -118,14 +122,16 @@ def table(records: list[dict[str, Any]]) -> str:
             cells.append(f"{m:.3f} ± {se:.3f}")
         g, gse = mean_se([r["greedy"] for r in rs])
         lines.append(f"| {backend} | {len(rs)} | " + " | ".join(cells) + f" | {g:.3f} ± {gse:.3f} |")
-    lines += ["", "| backend | s/step | generate | train | other | peak RSS, fresh process (MiB) | "
-                  "peak RSS in the multirun (MiB) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| backend | s/step | generate | train | other | rows played / groups trained per step | "
+                  "peak RSS, fresh process (MiB) | peak RSS in the multirun (MiB) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for backend, rs in sorted(by.items()):
         step, gen, train = (mean_se([r[k] for r in rs])[0] for k in ("step_s", "generate_s", "train_s"))
         peak = max(r["peak_mib"] for r in rs)
         fresh = rs[0].get("fresh_peak_mib", float("nan"))
+        rows, kept = (mean_se([r[k] for r in rs])[0] for k in ("rows_drawn", "groups_kept"))
         lines.append(f"| {backend} | {step:.2f} | {gen:.2f} | {train:.2f} | {step - gen - train:.2f} | "
-                     f"{fresh:.0f} | {peak:.0f} |")
+                     f"{rows:.1f} / {kept:.1f} | {fresh:.0f} | {peak:.0f} |")
     if {"grpo", "trl"} <= by.keys():
         g, t = (mean_se([r["step_s"] for r in by[b]])[0] for b in ("grpo", "trl"))
         last = steps[-1] if steps else None
@@ -162,10 +168,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--results", help="append the report to this markdown file")
     ap.add_argument("--memory-steps", type=int, default=2, help="steps of the fresh-process memory runs (0: none)")
     ap.add_argument("overrides", nargs="*", help="more Hydra overrides, applied to every job")
+    ap.add_argument("--parent", help="only report the sweep with this MLflow parent run id (no memory columns)")
     args = ap.parse_args(argv)
     home = Path(args.home)
     home.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{home / 'mlflow.db'}"
+    if args.parent:
+        print(table(collect(uri, 0, None, args.parent)))
+        return
 
     def build(backends: str, seeds: str, steps: int, task: str) -> list[str]:
         cmd = [sys.executable, "-m", "agentrl", *(["-m"] if task == "backends" else []), f"+recipe={args.recipe}",
