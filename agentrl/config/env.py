@@ -80,8 +80,9 @@ class ReasoningGymEnvConfig(EnvConfig):
     """Procedural tasks of the reasoning-gym library, graded by its own scorers."""
 
     bundle: str = "reasoning_gym"
-    # dataset name -> its reasoning-gym config (plus optional train_size / eval_size for that dataset).
-    datasets: dict[str, Any] = field(default_factory=lambda: {"chain_sum": {}})
+    # dataset name -> its reasoning-gym config (plus optional train_size / eval_size for that dataset), or a list
+    # of names (their default configs); null: chain_sum. Untyped so a CLI dict replaces it instead of merging.
+    datasets: Any = None
     train_size: int = 256  # tasks per dataset
     eval_size: int = 64
     seed: int = 0  # train and eval draw from different seeds; an eval question in train is skipped

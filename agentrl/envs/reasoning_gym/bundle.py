@@ -44,6 +44,21 @@ def text_answer(reply: str) -> str:
     return (tagged(reply or "") or extract_answer(reply or "") or (reply or "")).strip()
 
 
+def as_datasets(value: Any) -> dict[str, dict[str, Any]]:
+    """`env.datasets` as name -> config: a mapping as given, a list of names (or of one-key mappings), a
+    comma-separated string; None: chain_sum."""
+    if value is None:
+        return {"chain_sum": {}}
+    if isinstance(value, str):
+        return {name.strip(): {} for name in value.split(",") if name.strip()}
+    if hasattr(value, "items"):
+        return {str(k): dict(v or {}) for k, v in value.items()}
+    out: dict[str, dict[str, Any]] = {}
+    for item in value:
+        out.update(as_datasets(item))
+    return out
+
+
 def dataset_names() -> list[str]:
     from reasoning_gym.factory import DATASETS
 
@@ -100,14 +115,14 @@ class ReasoningGymBundle(Bundle):
     teachers = ("label",)  # SFT demonstrations answer with the dataset's own answer
     eval_breakdown = {"dataset": "reward_{}"}  # eval/reward_<dataset>
 
-    def __init__(self, datasets: dict[str, Any] | None = None, *, train_size: int = 256, eval_size: int = 64,
+    def __init__(self, datasets: Any = None, *, train_size: int = 256, eval_size: int = 64,
                  seed: int = 0, level: int | None = None, answer_mode: str = "tool",
                  system_prompt: str | None = None, curriculum_threshold: float | None = None,
                  curriculum_window: int = 64, max_level: int = 10, train_split: str = "train",
                  eval_split: str = "eval") -> None:
         import reasoning_gym  # noqa: F401 - a missing install fails at plan time, naming the extra
 
-        datasets = dict(datasets or {"chain_sum": {}})
+        datasets = as_datasets(datasets)
         if not datasets:
             raise ValueError("env.datasets is empty: name at least one reasoning-gym dataset")
         known = dataset_names()
