@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -56,14 +56,6 @@ class Algorithm:
                    entropy_coef=float(t.get("entropy_coef", 0.0)), tis_cap=float(t.get("tis_cap", 0.0)),
                    norm_tokens=int(t.get("norm_tokens", 512)), overlong_max_tokens=max_tokens,
                    overlong_buffer=int(buffer) if buffer is not None else max(1, max_tokens // 5) if max_tokens else 0)
-
-    def describe(self) -> str:
-        """One line for the plan and the log: every setting that differs from a plain grpo update."""
-        plain = Algorithm()
-        parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                 if f.name in ("loss", "advantage", "clip_low", "clip_high", "tis_cap")
-                 or getattr(self, f.name) != getattr(plain, f.name)]
-        return " ".join(parts)
 
 
 @dataclass
@@ -121,8 +113,7 @@ class Learner:
                  algorithm: Algorithm | None = None) -> None:
         algo = algorithm or Algorithm()
         given = {"clip_low": clip_low, "clip_high": clip_high, "kl_coef": kl_coef}
-        self.algorithm = Algorithm(**{f.name: getattr(algo, f.name) for f in fields(algo)}
-                                   | {k: v for k, v in given.items() if v is not None})
+        self.algorithm = replace(algo, **{k: v for k, v in given.items() if v is not None})
         self.model = model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
         self.grad_clip = grad_clip

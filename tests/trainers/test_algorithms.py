@@ -143,7 +143,7 @@ def test_two_steps_of_each_loss_through_the_cli_log_finite_metrics(tmp_path: Pat
                  f"trainer.loss={','.join(LOSSES)}"], home)
     assert proc.returncode == 0, proc.stderr[-4000:]
     client, runs = _runs(home)
-    children = {r.data.params["trainer.loss"]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
+    children = {r.data.params["trainer/loss"]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
     assert sorted(children) == sorted(LOSSES)
     for loss, run in children.items():
         for key in ("train/loss", "train/kl", "train/entropy", "train/tis_weight_mean", "train/tis_clipped_frac",
