@@ -111,6 +111,9 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
         check_devices(cfg)
     except DeviceError as exc:
         raise PlanError(str(exc)) from exc
+    # An agent that cannot play this bundle says why now (agent=self_play: fewer roles than the game's seats).
+    if callable(check := getattr(agent, "plan_problem", None)) and (problem := check(bundle)):
+        raise PlanError(problem)
     for split in (cfg.env.train_split, cfg.env.eval_split):
         if split not in bundle.splits():
             raise PlanError(f"env: bundle {bundle.name} has no split {split!r}; it has {sorted(bundle.splits())}")

@@ -48,6 +48,15 @@ class SelfPlayAgent:
         names = [e.get("name") if hasattr(e, "get") else getattr(e, "name", None) for e in entries]
         self.roles = list(parse_roles(entries, names).values())
 
+    def plan_problem(self, bundle: Any) -> str | None:
+        """Why this agent cannot play `bundle` (checked when the run is planned), or None: a game with more
+        seats (`num_players`) than `agent.roles` has roles."""
+        seats = getattr(bundle, "num_players", None)
+        if isinstance(seats, int) and seats > len(self.roles):
+            return (f"agent.roles has {len(self.roles)} role(s) ({', '.join(r.name for r in self.roles)}) but the "
+                    f"game has {seats} seats (env.num_players): add a role per seat")
+        return None
+
     async def play(self, sessions: SessionPool, row: dict[str, Any], *, request_kwargs: dict[str, Any]) -> Play:
         metadata = row.get("metadata") or {}
         s = self.settings

@@ -95,3 +95,20 @@ def test_demonstrations_play_listed_moves_for_one_seat(ttt):
     moves = [m["content"] for m in chat if m["role"] == "assistant"]
     prompts = [m["content"] for m in chat if m["role"] == "user"]
     assert moves and all(move in listed_moves(p) for move, p in zip(moves, prompts, strict=True))
+
+
+def test_more_seats_than_roles_fails_when_the_run_is_planned(ttt, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from agentrl.config import register_configs
+    from agentrl.config.locate import conf_dir
+    from agentrl.plan import PlanError, build_plan
+
+    assert SelfPlayAgent().plan_problem(ttt) is None
+    register_configs()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=["env=textarena", "agent=self_play", "agent.roles=[{name: solo}]",
+                                           "trainer.warm_start.teacher=random", "env.train_size=2",
+                                           "env.eval_size=2"])
+    with pytest.raises(PlanError, match=r"agent.roles has 1 role\(s\) \(solo\) but the game has 2 seats"):
+        build_plan(cfg, choices={}, run_dir=tmp_path / "run")
