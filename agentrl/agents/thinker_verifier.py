@@ -5,7 +5,8 @@ ACCEPT, or explains the mistake, which goes back to the thinker. This repeats un
 proposal that holds a final answer, or `max_turns` model turns (both roles counted) have passed. An accepted
 answer is scored on the row's episode (handed to the task's one tool when it has one, e.g. GridSim's
 schedule or arith's answer, else as the reply); the joint outcome is one shared reward for both roles, and
-0 when the verifier never accepted (an early termination).
+0 when the verifier never accepted (an early termination). With `accept: agreement` the verifier also accepts
+by re-solving the task to the thinker's final answer, and any final-answer form counts (`Answer:`, boxed).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agentrl.agents.base import SessionPool, agent_config, parse_roles, task_pro
 from agentrl.agents.chat import role_turn
 from agentrl.agents.record import Play, Rollout
 from agentrl.agents.tool_calling import submit
+from agentrl.answers import extract_answer
 from agentrl.config.agent import ThinkerVerifierAgentConfig
 from agentrl.http import async_client
 
@@ -57,6 +59,7 @@ class ThinkerVerifierAgent:
             verifier.name: [{"role": "system", "content": with_role(system, verifier)}],
         }
         s = self.settings
+        agreement = s.accept == "agreement"
         turns, accepted, proposal, answer = 0, False, "", None
         async with async_client() as client:
 
@@ -72,7 +75,7 @@ class ThinkerVerifierAgent:
                 if text is None:
                     break
                 turns += 1
-                proposal, answer = text, final_answer(text)
+                proposal, answer = text, final_answer(text) if not agreement else extract_answer(text)
                 if turns >= s.max_turns:
                     break
                 intro = f"{task}\n\n### Proposed solution\n" if turns == 1 else "### Revised solution\n"
@@ -81,7 +84,8 @@ class ThinkerVerifierAgent:
                 if verdict is None:
                     break
                 turns += 1
-                if answer is not None and accepts(verdict):
+                agrees = agreement and answer is not None and extract_answer(verdict) == answer
+                if answer is not None and (accepts(verdict) or agrees):
                     accepted = True
                     break
                 convo[thinker.name].append({"role": "user", "content": f"### Verifier\n{verdict}"})

@@ -85,6 +85,9 @@ class CoEvolutionAgentConfig(AgentConfig):
 class ThinkerVerifierAgentConfig(AgentConfig):
     _target_: str = "agentrl.agents.thinker_verifier.ThinkerVerifierAgent"
     max_turns: int = 6
+    # "verdict": the verifier accepts by replying ACCEPT; "agreement": also when it re-solves the task to the same
+    # final answer (any of <final_answer>, \boxed{} or `Answer:`): a model warm-started on answers can verify.
+    accept: str = "verdict"
     roles: list[RoleConfig] = field(
         default_factory=lambda: [
             RoleConfig(name="thinker", prompt="Think step by step; propose <final_answer>X</final_answer>."),
@@ -94,6 +97,11 @@ class ThinkerVerifierAgentConfig(AgentConfig):
             ),
         ]
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.accept not in ("verdict", "agreement"):
+            raise ValueError(f"agent.accept must be verdict or agreement, not {self.accept!r}")
 
 
 @dataclass

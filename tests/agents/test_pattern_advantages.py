@@ -168,3 +168,19 @@ async def test_adversarial_early_exit_leaves_a_smaller_solver_group(arith_url):
     adv = advantages(as_trained(outs))
     s2 = math.sqrt(2)
     assert adv == pytest.approx([-1 / s2, 1.0, s2, -1.0, -1 / s2], abs=1e-5)
+
+
+@pytest.mark.parametrize("verdict, accepted, reward", [(f"Answer: {LABEL}", True, 1.0), ("Answer: 5", False, 0.0)])
+async def test_thinker_verifier_accepts_on_agreement(arith_url, verdict, accepted, reward):
+    """`accept: agreement`: a verifier that re-solves to the thinker's `Answer:` accepts it (and graded right)."""
+    def script(body, session_id):
+        if "Check the proposal" in body["messages"][0]["content"]:
+            return Reply(content=verdict)
+        return Reply(content=f"Answer: {LABEL}")
+
+    with ScriptedChat(script).serve() as chat_url:
+        outs = await rewarded(ThinkerVerifierAgent(max_turns=2, accept="agreement").play(
+            HttpSessionPool(chat_url), row(arith_url), request_kwargs={}), EnvScore())
+    assert outs[0].details["accepted"] is accepted and [o.reward for o in outs] == [reward, reward]
+    with pytest.raises(ValueError, match="accept"):
+        ThinkerVerifierAgent(accept="vote")
