@@ -405,9 +405,12 @@ def _account(rep: PassReport, outcomes: list[Outcome], kills: list[float], conta
     scheduled = Counter(o.fault for o in outcomes if o.fault)
     rep.faults = {kind: f"{fired[kind]}/{scheduled[kind]}" for kind in plan if scheduled[kind]}
     kill = kills[0] if kills else None
-    for o in outcomes:
+    excusable = len(container_kills)  # a killed container flags at most the one episode inside it
+    for o in sorted(outcomes, key=lambda o: o.ended):
         by_kill = kill is not None and o.started <= kill <= o.ended
-        by_container = any(o.started <= t <= o.ended for t in container_kills) and o.failure in CONTAINER_FLAGS
+        by_container = (excusable > 0 and not o.fault and not by_kill and o.failure in CONTAINER_FLAGS
+                        and any(o.started <= t <= o.ended for t in container_kills))
+        excusable -= by_container
         rep.kill_affected += by_kill
         rep.container_flagged += by_container
         if o.fault or by_kill or by_container:
