@@ -110,3 +110,5 @@ class TextArenaEnvConfig(EnvConfig):
     # (a move listed in the observation's Available Moves) and the agent's seat alternates by task index.
     train_opponent: str | None = None
     eval_opponent: str | None = "random"
+    # Show only the last N characters of each observation (a small model's context); null: all of it.
+    prompt_chars: int | None = None

@@ -112,3 +112,9 @@ def test_more_seats_than_roles_fails_when_the_run_is_planned(ttt, tmp_path):
                                            "env.eval_size=2"])
     with pytest.raises(PlanError, match=r"agent.roles has 1 role\(s\) \(solo\) but the game has 2 seats"):
         build_plan(cfg, choices={}, run_dir=tmp_path / "run")
+
+
+def test_prompt_chars_keeps_the_end_of_each_observation():
+    bundle = load_bundle("textarena", train_size=2, eval_size=2, prompt_chars=120)
+    turn = bundle.episode("eval", 0).first_turn()
+    assert turn.prompt.startswith("...") and len(turn.prompt) == 123 and listed_moves(turn.prompt)

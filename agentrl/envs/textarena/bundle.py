@@ -60,9 +60,9 @@ class TextArenaEpisode(Episode):
         while not done:
             seat, observation = self.game.get_observation()
             if self._agent_plays(seat):
-                self.seat, self.observation = seat, observation
+                self.seat, self.observation = seat, self.bundle.shown(observation)
                 system = SYSTEM.format(seat=seat, game=self.bundle.game)
-                return Turn(prompt=observation, system_prompt=system, tools=[])
+                return Turn(prompt=self.observation, system_prompt=system, tools=[])
             moves = listed_moves(observation) or ["[0]"]
             done, _ = self.game.step(moves[0] if self.opponent == "first" else self.rng.choice(moves))
         rewards, _ = self.game.close()
@@ -106,7 +106,7 @@ class TextArenaBundle(Bundle):
 
     def __init__(self, game: str = "TicTacToe-v0", *, num_players: int = 2, train_size: int = 256,
                  eval_size: int = 64, seed: int = 0, train_opponent: str | None = None,
-                 eval_opponent: str | None = "random", train_split: str = "train", eval_split: str = "eval") -> None:
+                 eval_opponent: str | None = "random", prompt_chars: int | None = None, train_split: str = "train", eval_split: str = "eval") -> None:
         for key, value in (("train_opponent", train_opponent), ("eval_opponent", eval_opponent)):
             if value is not None and value not in OPPONENTS:
                 raise ValueError(f"env.{key}={value!r}: choose one of {', '.join(OPPONENTS)}, or null (self-play)")
@@ -114,13 +114,24 @@ class TextArenaBundle(Bundle):
             raise ValueError("env.train_size and env.eval_size must be >= 1")
         self.game, self.num_players = game, int(num_players)
         self.options = {"game": game, "num_players": num_players, "train_size": train_size, "eval_size": eval_size,
-                        "seed": seed, "train_opponent": train_opponent, "eval_opponent": eval_opponent}
+                        "seed": seed, "train_opponent": train_opponent, "eval_opponent": eval_opponent,
+                        "prompt_chars": prompt_chars}
+        if prompt_chars is not None and int(prompt_chars) < 1:
+            raise ValueError(f"env.prompt_chars must be >= 1 (or null: the whole observation), not {prompt_chars}")
+        self.prompt_chars = None if prompt_chars is None else int(prompt_chars)
         self.train_split, self.eval_split = train_split, eval_split
         self._sizes = {train_split: int(train_size), eval_split: int(eval_size)}
         self._opponents = {train_split: train_opponent, eval_split: eval_opponent}
         # Eval seeds follow the train seeds: no match is in both splits.
         self._seeds = {train_split: int(seed), eval_split: int(seed) + int(train_size)}
         self._probe(train_opponent or eval_opponent)
+
+    def shown(self, observation: str) -> str:
+        """What a turn's prompt shows of an observation: its last `prompt_chars` characters (the board and the
+        moves, for TicTacToe: a small model's context cannot hold every turn's rules and boards), or all."""
+        if self.prompt_chars is None or len(observation) <= self.prompt_chars:
+            return observation
+        return "..." + observation[-self.prompt_chars:]
 
     def _probe(self, opponent: str | None) -> None:
         """Fail now, naming the setting, for an unknown game, a player count it refuses, or a scripted opponent
