@@ -21,7 +21,7 @@ def _num(pattern: str, text: str) -> list[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # a hang net: the script's own CPU limits (8x its GPU ones) stop it first
+@pytest.mark.timeout(3600)  # a hang net only: on a CPU the script sets no limits of its own
 def test_gpu_check_cpu_smoke(tmp_path: Path) -> None:
     # This interpreter's folder first on PATH: the script calls `python3`. No carried wheels: this Python has all.
     env = {**os.environ, "GPU_CHECK_DEVICE": "cpu", "GPU_CHECK_SMALL": "1", "GPU_CHECK_NO_WHEELS": "1",
