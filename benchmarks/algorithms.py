@@ -93,8 +93,9 @@ def beat(args: argparse.Namespace, extra: list[str]) -> None:
         m, rewards = eval_both(compose([f"+recipe={RECIPE}", f"seed={seed}", *extra]), plan, str(model), limit, temp)
         per_seed[seed] = rewards
         d, se = mean_se([a - b for a, b in zip(rewards, rule, strict=True)])
-        rows.append(f"| {seed} | {m['eval/reward']:.3f} | {m['eval_greedy/reward']:.3f} | {d:+.3f} ± {se:.3f} "
-                    f"| {wall / 60:.1f} |")
+        by_d = " | ".join(f"{m.get(f'eval/reward_{h}h', float('nan')):.3f}" for h in (1, 2, 4))
+        rows.append(f"| {seed} | {by_d} | {m['eval/reward']:.3f} | {m['eval_greedy/reward']:.3f} | "
+                    f"{d:+.3f} ± {se:.3f} | {wall / 60:.1f} |")
     m0, r0 = eval_both(cfg, plan, str(start), limit, temp)
     days = len(rule)
     avg = [sum(per_seed[s][i] for s in per_seed) / len(per_seed) for i in range(days)]
@@ -102,8 +103,8 @@ def beat(args: argparse.Namespace, extra: list[str]) -> None:
     print(f"\n## (1) GRPO from the greedy rule's imitation, {days} eval days, sampled at T={temp}\n")
     print(f"greedy rule {sum(rule) / days:.3f}; start (SFT on the rule) sampled {m0['eval/reward']:.3f}, "
           f"greedy-decoded {m0['eval_greedy/reward']:.3f}\n")
-    print("| seed | sampled | greedy-decoded | paired diff vs the rule (sampled) ± se | wall min (CLI, all in) |")
-    print("|---|---|---|---|---|")
+    print("| seed | 1h | 2h | 4h | sampled | greedy-decoded | paired diff vs the rule (sampled) ± se | wall min |")
+    print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     sampled = [sum(r) / days for r in per_seed.values()]
     ms, ses = mean_se(sampled)
@@ -111,7 +112,8 @@ def beat(args: argparse.Namespace, extra: list[str]) -> None:
     print(f"\nmean over {len(per_seed)} seeds: {ms:.3f} ± {ses:.3f} (se over seeds); paired per-day difference of "
           f"the seed-mean against the greedy rule: {d:+.4f} ± {se:.4f} ({d / se if se else float('nan'):.1f} se): "
           f"{verdict}")
-    print(f"start vs rule, paired: {mean_se([a - b for a, b in zip(r0, rule, strict=True)])}")
+    d0, se0 = mean_se([a - b for a, b in zip(r0, rule, strict=True)])
+    print(f"the start against the greedy rule, paired: {d0:+.4f} ± {se0:.4f}")
 
 
 def compare(args: argparse.Namespace, extra: list[str]) -> None:
