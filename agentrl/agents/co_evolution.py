@@ -64,6 +64,15 @@ def restated(answer: str, rewrites: list[Rollout]) -> int | None:
     return next((i for i, r in enumerate(rewrites) if _key(r.answer) == key), None) if key else None
 
 
+def session_kwargs(request_kwargs: dict[str, Any], slot: int) -> dict[str, Any]:
+    """The request settings of the play's session number `slot`: a play's sampling `seed` is shared by its
+    sessions, and the num_parallel solvers (or rewriters) read the same prompt, so one seed would make them
+    copies of one sample; each slot gets its own seed, derived from the play's (still reproducible)."""
+    if request_kwargs.get("seed") is None:
+        return request_kwargs
+    return {**request_kwargs, "seed": (int(request_kwargs["seed"]) * 1_000_003 + 7919 * slot) & 0x7FFFFFFF}
+
+
 class CoEvolutionAgent:
     """Plays one row as `2 x num_parallel + 1` rollouts (fewer on an early exit); a judged play whose outcome
     is the selected rewrite's scores."""
@@ -112,8 +121,8 @@ class CoEvolutionAgent:
 
         solver_msgs = [{"role": "system", "content": with_role(system, solver)}, {"role": "user", "content": task}]
         solvers = list(await asyncio.gather(*(
-            self._episode(sessions, solver, solver_msgs, row, request_kwargs, play_id)
-            for _ in range(self.num_parallel))))
+            self._episode(sessions, solver, solver_msgs, row, session_kwargs(request_kwargs, k), play_id)
+            for k in range(self.num_parallel))))
         answers = [r.answer for r in solvers if _answered(r)]
         if not answers:
             return early_exit(solvers)
@@ -121,8 +130,9 @@ class CoEvolutionAgent:
         rewriter_msgs = [{"role": "system", "content": with_role(system, rewriter)},
                          {"role": "user", "content": f"{task}\n\n{solutions_block('Candidate solutions', answers)}"}]
         rewriters = list(await asyncio.gather(*(
-            self._episode(sessions, rewriter, rewriter_msgs, row, request_kwargs, play_id)
-            for _ in range(self.num_parallel))))
+            self._episode(sessions, rewriter, rewriter_msgs, row,
+                          session_kwargs(request_kwargs, self.num_parallel + k), play_id)
+            for k in range(self.num_parallel))))
         rewrites = [r for r in rewriters if _answered(r)]
         if not rewrites:
             return early_exit(solvers + rewriters)
@@ -130,6 +140,7 @@ class CoEvolutionAgent:
         block = solutions_block("Rewritten solutions", [r.answer for r in rewrites])
         messages = [{"role": "system", "content": with_role(system, selector)},
                     {"role": "user", "content": f"{task}\n\n{block}"}]
+        request_kwargs = session_kwargs(request_kwargs, 2 * self.num_parallel)
         if self.settings.selection == "answer":
             return await self._select_by_answer(sessions, selector, messages, row, request_kwargs, play_id,
                                                 solvers + rewriters, rewrites, early_exit)

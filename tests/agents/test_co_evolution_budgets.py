@@ -138,3 +138,19 @@ def test_restated_matches_final_answers_and_tool_calls():
 def test_tool_calling_eval_outcome_is_its_one_rollout():
     only = Rollout(role="agent", reward=0.7)
     assert outcome_of([only]) is only and role_metrics([[only]], "eval") == {}
+
+
+async def test_each_session_of_a_play_samples_with_its_own_seed(arith_url):
+    """A play's seed is shared by its sessions: the solvers (same prompt) must not be copies of one sample."""
+    def script(body, sid):
+        return Reply(content="Judgment: 0") if role_of(body) == "selector" else Reply(content=f"Answer: {LABEL}")
+
+    seeds = []
+    for _ in range(2):
+        chat = ScriptedChat(script)
+        with chat.serve() as url:
+            await rewarded(CoEvolutionAgent(num_parallel=N, max_turns=1).play(
+                HttpSessionPool(url), row(arith_url), request_kwargs={"seed": 42, "temperature": 1.0}), Asymmetric())
+        seeds.append(sorted((role_of(b), b["seed"]) for b in chat.requests))
+    assert len({s for _, s in seeds[0]}) == 2 * N + 1  # every session its own seed
+    assert seeds[0] == seeds[1]  # and the same ones again: plays stay reproducible
