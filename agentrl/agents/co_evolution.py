@@ -83,6 +83,10 @@ class CoEvolutionAgent:
         defaults = [asdict(r) for r in CoEvolutionAgentConfig().roles]
         self.roles = parse_roles(self.settings.roles, ROLES, defaults)
 
+    def _with_block(self, task: str, block: str) -> str:
+        """The task with the candidates' block after it, or before it (`candidates: before`)."""
+        return f"{block}\n\n{task}" if self.settings.candidates == "before" else f"{task}\n\n{block}"
+
     async def _episode(self, sessions: SessionPool, role: Role, messages: list[dict[str, Any]],
                        row: dict[str, Any], request_kwargs: dict[str, Any], play_id: str) -> Rollout:
         base_url = await sessions.open(role.name)
@@ -128,7 +132,8 @@ class CoEvolutionAgent:
             return early_exit(solvers)
 
         rewriter_msgs = [{"role": "system", "content": with_role(system, rewriter)},
-                         {"role": "user", "content": f"{task}\n\n{solutions_block('Candidate solutions', answers)}"}]
+                         {"role": "user", "content": self._with_block(task, solutions_block('Candidate solutions',
+                                                                                           answers))}]
         rewriters = list(await asyncio.gather(*(
             self._episode(sessions, rewriter, rewriter_msgs, row,
                           session_kwargs(request_kwargs, self.num_parallel + k), play_id)
@@ -139,7 +144,7 @@ class CoEvolutionAgent:
 
         block = solutions_block("Rewritten solutions", [r.answer for r in rewrites])
         messages = [{"role": "system", "content": with_role(system, selector)},
-                    {"role": "user", "content": f"{task}\n\n{block}"}]
+                    {"role": "user", "content": self._with_block(task, block)}]
         request_kwargs = session_kwargs(request_kwargs, 2 * self.num_parallel)
         if self.settings.selection == "answer":
             return await self._select_by_answer(sessions, selector, messages, row, request_kwargs, play_id,

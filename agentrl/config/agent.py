@@ -59,6 +59,10 @@ class CoEvolutionAgentConfig(AgentConfig):
     # "answer" (it plays the episode itself, restating the rewrite it picks, and the env grades its answer; a
     # model warm-started on the task can play this from its first step, as it never learned the Judgment format).
     selection: str = "judgment"
+    # Where the rewriters' and selector's candidate block goes in their user message: "after" the task (Miles'
+    # layout) or "before" it, so the prompt still ends like the solver's (a small warm-started model answers the
+    # task it was trained on instead of continuing the candidates' text).
+    candidates: str = "after"
     roles: list[RoleConfig] = field(
         default_factory=lambda: [
             RoleConfig(name="solver", prompt="Solve the problem. End with \\boxed{answer}."),
@@ -77,6 +81,8 @@ class CoEvolutionAgentConfig(AgentConfig):
         super().__post_init__()
         if int(self.num_parallel) < 1:
             raise ValueError(f"agent.num_parallel must be at least 1, not {self.num_parallel}")
+        if self.candidates not in ("after", "before"):
+            raise ValueError(f"agent.candidates must be after or before, not {self.candidates!r}")
         if self.selection not in ("judgment", "answer"):
             raise ValueError(f"agent.selection must be judgment or answer, not {self.selection!r}")
 

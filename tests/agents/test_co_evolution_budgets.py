@@ -154,3 +154,17 @@ async def test_each_session_of_a_play_samples_with_its_own_seed(arith_url):
         seeds.append(sorted((role_of(b), b["seed"]) for b in chat.requests))
     assert len({s for _, s in seeds[0]}) == 2 * N + 1  # every session its own seed
     assert seeds[0] == seeds[1]  # and the same ones again: plays stay reproducible
+
+
+async def test_candidates_before_the_task(arith_url):
+    """`candidates: before`: the rewriter's and selector's prompts end with the task, as the solver's does."""
+    chat = ScriptedChat(lambda body, sid: Reply(content="Judgment: 0") if role_of(body) == "selector"
+                        else Reply(content=f"Answer: {LABEL}"))
+    with chat.serve() as url:
+        await rewarded(CoEvolutionAgent(num_parallel=N, max_turns=1, candidates="before").play(
+            HttpSessionPool(url), row(arith_url), request_kwargs={}), Asymmetric())
+    users = {role_of(b): b["messages"][1]["content"] for b in chat.requests}
+    assert users["rewriter"].startswith("### Candidate solutions") and users["rewriter"].endswith("11 × 2 − 3?")
+    assert users["selector"].startswith("### Rewritten solutions") and users["solver"] == "What is 11 × 2 − 3?"
+    with pytest.raises(ValueError, match="candidates"):
+        CoEvolutionAgent(candidates="middle")
