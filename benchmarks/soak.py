@@ -260,6 +260,7 @@ class PassReport:
     hung: int = 0
     lost: list[str] = field(default_factory=list)
     faults: dict[str, str] = field(default_factory=dict)  # kind -> "fired as expected / scheduled"
+    fault_other: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> how the others ended
     kill_affected: int = 0
     waited_through_restart: int = 0  # started while the server was down, and scored
     restart_healthy_s: float | None = None
@@ -269,6 +270,7 @@ class PassReport:
     left_behind: int = 0
     mean_reward: float = 0.0
     load: str = ""
+    outcomes: list[dict[str, Any]] = field(default_factory=list)  # per episode, for --json (times from the start)
 
 
 def fault_plan(episodes: int, every: int) -> dict[str, list[int]]:
@@ -389,12 +391,12 @@ async def play_all(args: argparse.Namespace, rep: PassReport, model_url: str, se
     await asyncio.gather(*injectors, return_exceptions=True)
     await client.aclose()
     rep.container_kills = len(container_kills)
-    _account(rep, outcomes, kills, [t for t, _ in container_kills], plan)
+    _account(rep, outcomes, kills, [t for t, _ in container_kills], plan, t0)
     return outcomes
 
 
 def _account(rep: PassReport, outcomes: list[Outcome], kills: list[float], container_kills: list[float],
-             plan: dict[str, list[int]]) -> None:
+             plan: dict[str, list[int]], t0: float) -> None:
     """Fill the report from the outcomes: what scored, what was flagged and why, what was lost."""
     rep.scored = sum(o.failure is None for o in outcomes)
     rep.flagged = Counter(o.failure for o in outcomes if o.failure is not None)
@@ -404,6 +406,12 @@ def _account(rep: PassReport, outcomes: list[Outcome], kills: list[float], conta
     fired = Counter(o.fault for o in outcomes if o.fault and o.failure == EXPECTED[o.fault])
     scheduled = Counter(o.fault for o in outcomes if o.fault)
     rep.faults = {kind: f"{fired[kind]}/{scheduled[kind]}" for kind in plan if scheduled[kind]}
+    for o in outcomes:
+        if o.fault and o.failure != EXPECTED[o.fault]:  # e.g. live at the kill, or no call reached the env
+            other = rep.fault_other.setdefault(o.fault, {})
+            other[str(o.failure)] = other.get(str(o.failure), 0) + 1
+    rep.outcomes = [{"i": o.i, "fault": o.fault, "started": round(o.started - t0, 3), "ended": round(o.ended - t0, 3),
+                     "failure": o.failure, "error": o.error[:300], "reward": o.reward} for o in outcomes]
     kill = kills[0] if kills else None
     excusable = len(container_kills)  # a killed container flags at most the one episode inside it
     for o in sorted(outcomes, key=lambda o: o.ended):
@@ -547,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fault soak: model {args.model}, {args.concurrency} concurrent, {os.cpu_count()} CPUs, {started} at the start")
     print(table(reports))
     for r in reports:
+        for kind, other in r.fault_other.items():
+            print(f"[{r.sandbox}] {kind} not flagged {EXPECTED[kind]}: {other}")
         for line in r.lost[:20]:
             print(f"LOST [{r.sandbox}] {line}")
     if args.json:
