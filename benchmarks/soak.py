@@ -211,7 +211,7 @@ def model_server(args: argparse.Namespace, port: int, log: Path) -> Server:
 def scripted_model(delay: float) -> tuple[str, Any]:
     """A scripted chat server (no model) that submits each day's optimal schedule, after one malformed call on
     every third session, each reply `delay` seconds late (so faults land on live episodes, as with a model);
-    returns (URL, (server, stop)). Only for quick runs of the soak's own logic."""
+    returns (URL, (the ScriptedChat, its stop function)). Only for quick runs of the soak's own logic."""
     from agentrl.envs.bundles import load_bundle
     from agentrl.serving import start_server_in_thread
     from agentrl.testing import Reply, ScriptedChat, tool_call
@@ -322,7 +322,7 @@ async def play_all(args: argparse.Namespace, rep: PassReport, model_url: str, se
                 r = await client.post(f"{model_url}/sessions")
                 r.raise_for_status()
                 session = r.json()["session_id"]
-                if chat is not None:
+                if chat is not None:  # the scripted chat answers with this day's schedule
                     chat.sessions[session]["index"] = o.i % train
                 record = await asyncio.wait_for(
                     play_episode(f"{model_url}/sessions/{session}", None, request_kwargs, meta, settings,
