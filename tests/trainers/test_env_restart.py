@@ -83,8 +83,11 @@ def test_grpo_run_goes_on_through_an_env_server_restart(tmp_path: Path) -> None:
             assert run.poll() is None, "the run ended while its env server was down"
             assert time.monotonic() < deadline, "no step logged a rollout flagged env_unreachable"
             time.sleep(0.5)
-            runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-            flagged = _metric(client, runs[0].info.run_id, "rollout/flagged/env_unreachable") if runs else {}
+            try:
+                runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+                flagged = _metric(client, runs[0].info.run_id, "rollout/flagged/env_unreachable") if runs else {}
+            except Exception:  # noqa: BLE001 - the run writes the same SQLite store: read it again next time
+                flagged = {}
         server = start_env_server(port, log)
         out, _ = run.communicate(timeout=1500)
     finally:
