@@ -19,8 +19,7 @@ from agentrl.testing.processes import wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 8
-# The tiny shape of test_grpo_cli's TINY, no warm start and no eval between steps; 64-token replies keep each
-# episode open long enough for the kill to land on live ones.
+# The tiny shape of test_grpo_cli's TINY, no warm start and no eval between steps.
 TINY = ["+recipe=gridsim_grpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=1",
         "trainer.eval_every=0", "trainer.checkpoint_every=0", "trainer.warm_start.enabled=false",
         "agent.max_response_tokens=64", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
@@ -76,8 +75,9 @@ def test_grpo_run_goes_on_through_an_env_server_restart(tmp_path: Path) -> None:
             time.sleep(0.02)
         server.send_signal(signal.SIGKILL)
         server.wait()
-        # The tiny model's replies never reach a second env call, so the cut shows as rollouts that found nobody
-        # listening: stay down until a step has logged them, then come back on the same port (the rows name it).
+        # The kill lands as step 1's first episode connects (its reset is simply retried later), so the cut shows as
+        # rollouts that find nobody listening: stay down until a step has logged them (env_unreachable after
+        # connect_timeout), then come back on the same port (the rows name it).
         flagged: dict[int, float] = {}
         while not flagged:
             assert run.poll() is None, "the run ended while its env server was down"
