@@ -1,8 +1,8 @@
 """Does each agent pattern learn, and does co-evolution pay? One command per measurement (issue 17).
 
     python benchmarks/patterns.py pattern --recipe arith_co_evolution --steps 20       # a pattern's run
-    python benchmarks/patterns.py pattern --recipe arith_co_evolution --agent thinker_verifier --steps 20 \\
-        agent.accept=agreement agent.max_turns=2
+    python benchmarks/patterns.py pattern --agent thinker_verifier --steps 20 env=arith reward=env_score \\
+        agent.accept=agreement agent.max_turns=2 $ARITH_WARM_START   # arith_co_evolution's warm start
     python benchmarks/patterns.py compare --recipe gridsim_co_evolution --steps 20     # vs a single agent
     python benchmarks/patterns.py roles --recipe arith_co_evolution --steps 5          # models per role
 
@@ -157,7 +157,7 @@ def tokens_used(tracker: Memory) -> float:
 
 
 def setup(args: argparse.Namespace, extra: list[str], name: str) -> tuple[Any, Any]:
-    overrides = [f"+recipe={args.recipe}", f"trainer.steps={args.steps}", f"trainer.eval_limit={args.fit_eval_limit}",
+    overrides = [*([f"+recipe={args.recipe}"] if args.recipe else []), f"trainer.steps={args.steps}", f"trainer.eval_limit={args.fit_eval_limit}",
                  "trainer.eval_every=0", "trainer.checkpoint_every=0", f"seed={args.seed}", *extra]
     if args.agent:
         overrides.insert(1, f"agent={args.agent}")
@@ -277,8 +277,8 @@ def cmd_roles(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("command", choices=("pattern", "compare", "roles"))
-    ap.add_argument("--recipe", required=True)
-    ap.add_argument("--agent", default=None, help="another agent pattern on the recipe's task and warm start")
+    ap.add_argument("--recipe", default="", help="a recipe; none: the overrides say everything")
+    ap.add_argument("--agent", default=None, help="the agent pattern (agent=...)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--eval-limit", type=int, default=100)
     ap.add_argument("--fit-eval-limit", type=int, default=20, help="tasks of the run's own evals (its curve)")
