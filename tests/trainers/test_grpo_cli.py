@@ -143,15 +143,19 @@ def test_filtered_groups_are_replaced_by_new_rows() -> None:
 @pytest.mark.slow
 def test_arith_co_evolution_recipe_trains_and_logs_multi_agent_metrics(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    small = [a for a in TINY if not a.startswith(("trainer.warm_start", "trainer.eval_every"))]
+    small = [a for a in TINY if not a.startswith("trainer.eval_every")]  # a 2-step warm start, the recipe's own
     done = _cli(["+recipe=arith_co_evolution", *small, "trainer.prompts_per_step=1", "agent.num_parallel=2",
                  "trainer.steps=1", "trainer.eval_limit=2", "agent.max_response_tokens=12"], home)
     assert done.returncode == 0, done.stderr[-4000:]
     client, runs = _runs(home)
     assert len(runs) == 1
     metrics = runs[0].data.metrics
+    # A 2-step warm start rambles: every solver reply is cut at max_response_tokens, which co-evolution flags
+    # (truncated) instead of grading it, so each play ends after its solvers (the scripted tests play every role).
+    assert metrics["rollout/flagged/truncated"] > 0 and metrics["multi_agent/early_termination_rate"] > 0
     for key in ("multi_agent/avg_turns", "multi_agent/early_termination_rate",
                 "multi_agent/conversation_token_count", "loss_mask/role_split", "reward/avg",
-                "reward/solver", "reward/rewriter", "reward/selector", "eval/reward", "train/reward"):
+                "reward/solver", "eval/reward", "train/reward"):
         assert key in metrics and math.isfinite(metrics[key]), f"{key}: logged {sorted(metrics)}"
     assert runs[0].data.tags["choice.agent"] == "co_evolution" and runs[0].data.tags["choice.reward"] == "asymmetric"
+    assert "health: " in done.stdout and "health/out_of_range" in metrics  # the recipe's ranges, judged at the end
