@@ -116,27 +116,30 @@ def role_mean(groups: list[list[Any]], role: str) -> list[float]:
     return out
 
 
-def train(cfg: Any, plan: Any, *, token_budget: float | None = None) -> tuple[Any, Memory, float, str]:
-    """GRPO for trainer.steps (or until `token_budget` model tokens were generated); returns (trainer, tracker,
-    train seconds, folder of the final shared model)."""
+def train(cfg: Any, plan: Any, *, token_budget: float | None = None, seconds_budget: float | None = None
+          ) -> tuple[Any, Memory, float, str]:
+    """GRPO for trainer.steps (or until `token_budget` model tokens were generated, or `seconds_budget` seconds
+    of train steps passed); returns (trainer, tracker, train seconds, folder of the final shared model)."""
     from agentrl.trainers.grpo import GRPOTrainer
 
     tracker = Memory()
     trainer = GRPOTrainer(cfg, plan=plan, tracker=tracker)
     t0 = time.monotonic()
-    if token_budget is None:
+    if token_budget is None and seconds_budget is None:
         trainer.fit()
-    else:  # equal compute: step until the rollouts generated as many model tokens
+    else:  # equal compute: step until the rollouts generated as many model tokens (or ran as long)
         trainer._setup()
         try:
-            step, used = 0, 0.0
-            while used < token_budget:
+            step, used, began = 0, 0.0, time.monotonic()
+            while (used < token_budget) if token_budget is not None else \
+                    (time.monotonic() - began < seconds_budget):
                 step += 1
                 metrics = trainer._train_step(step)
                 used += metrics["rollout/model_tokens"]
                 tracker.log(metrics, step=step)
                 trainer.health.add(metrics)
-            print(f"equal compute: {step} steps, {used:.0f} model tokens (budget {token_budget:.0f})", flush=True)
+            print(f"equal compute: {step} steps, {used:.0f} model tokens, {time.monotonic() - began:.0f} s "
+                  f"(budget {token_budget or seconds_budget:.0f} {'tokens' if token_budget else 's'})", flush=True)
             print(trainer.health.summary(), flush=True)
         finally:
             trainer.services.close()
@@ -196,12 +199,21 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
 
     cfg, plan = setup(args, extra, "compare-co")
     start = warm_start_path(cfg, plan)
-    _, tracker, co_s, co_final = train(cfg, plan)
-    budget = tokens_used(tracker)
-    single_over = [o for o in extra if not o.startswith("agent.")] + ["agent=tool_calling", "reward=env_score",
-                                                                     f"trainer.warm_start.checkpoint={start}"]
-    cfg1, plan1 = setup(args, single_over, "compare-single")
-    _, tracker1, one_s, one_final = train(cfg1, plan1, token_budget=budget)
+    if args.co_final:  # a co-evolution model trained before (e.g. by a run whose single agent failed): equal time
+        co_s, co_final, budget = float(args.co_seconds), args.co_final, None
+    else:
+        _, tracker, co_s, co_final = train(cfg, plan)
+        budget = tokens_used(tracker)
+        Path(args.home, "compare-co.json").write_text(json.dumps({"final": co_final, "seconds": co_s,
+                                                                   "tokens": budget}))
+    # The single agent: the flagship's recipe and settings from the same warm start.
+    single = argparse.Namespace(**{**vars(args), "recipe": args.single_recipe, "agent": None})
+    single_over = [o for o in extra if not o.startswith(("agent.", "trainer.warm_start"))] + \
+        [f"trainer.warm_start.checkpoint={start}"]
+    cfg1, plan1 = setup(single, single_over, "compare-single")
+    _, tracker1, one_s, one_final = train(cfg1, plan1, token_budget=budget,
+                                          seconds_budget=co_s if budget is None else None)
+    budget = budget if budget is not None else tokens_used(tracker1)
     co_start = play_eval(cfg, plan, start, args.eval_limit, "bench")
     co = play_eval(cfg, plan, co_final, args.eval_limit, "bench")
     single = play_eval(cfg1, plan1, one_final, args.eval_limit, "bench")
@@ -210,9 +222,11 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     solvers, one, one0 = role_mean(co, "solver"), outcome_rewards(single), outcome_rewards(single_start)
     rows = {"co-evolution selected (start)": sel0, "co-evolution selected (after)": sel,
             "co-evolution solvers' mean (after)": solvers, "single agent (start)": one0,
-            "single agent (after, equal tokens)": one}
+            "co-evolution solvers' mean (start)": role_mean(co_start, "solver"),
+            f"single agent (after, equal {'wall time' if args.co_final else 'model tokens'})": one}
     print(f"\n## compare on {len(sel)} eval tasks: co-evolution {co_s / 60:.1f} min, single agent "
-          f"{one_s / 60:.1f} min, {budget:.0f} model tokens each\n\n| policy | eval reward (mean ± se) |\n|---|---|")
+          f"{one_s / 60:.1f} min ({tokens_used(tracker1):.0f} model tokens)\n\n"
+          "| policy | eval reward (mean ± se) |\n|---|---|")
     for name, xs in rows.items():
         print(f"| {name} | {mean_se(xs)} |")
     pairs = {"selected - solvers' mean": paired(solvers, sel), "selected - single agent": paired(one, sel),
@@ -281,6 +295,9 @@ def main() -> None:
     ap.add_argument("--agent", default=None, help="the agent pattern (agent=...)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--eval-limit", type=int, default=100)
+    ap.add_argument("--single-recipe", default="gridsim_grpo", help="compare: the single agent's recipe")
+    ap.add_argument("--co-final", default=None, help="compare: a trained co-evolution model (skip its training)")
+    ap.add_argument("--co-seconds", type=float, default=0.0, help="compare: its train seconds (equal wall time)")
     ap.add_argument("--fit-eval-limit", type=int, default=20, help="tasks of the run's own evals (its curve)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
