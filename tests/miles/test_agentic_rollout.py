@@ -23,7 +23,6 @@ import pytest
 pytest.importorskip("miles", reason="Miles is not installed: run scripts/install_miles_light.sh")
 pytest.importorskip("ray", reason="Miles' light dependencies are missing: run scripts/install_miles_light.sh")
 
-from miles.rollout.generate_hub import agentic_tool_call  # noqa: E402
 from miles.rollout.inference_rollout.inference_rollout_common import GenerateState  # noqa: E402
 from miles.rollout.inference_rollout.inference_rollout_train import generate_rollout_async  # noqa: E402
 from miles.rollout.session.session_server import SessionServer  # noqa: E402
@@ -32,10 +31,10 @@ from miles.utils.types import Sample  # noqa: E402
 
 from agentrl.envs.server import build_app, serve_in_background  # noqa: E402
 from agentrl.envs.server.echo import EchoBundle  # noqa: E402
-from agentrl.trainers import miles_hooks  # noqa: E402
-from agentrl.trainers.miles_hooks import FAILED_REASON, filter_scored_groups, reward_func  # noqa: E402
 from agentrl.rows import write_rows  # noqa: E402
+from agentrl.trainers import miles_hooks  # noqa: E402
 from agentrl.trainers.miles_args import AGENT_FUNCTION, GENERATE_FUNCTION, REFACTOR_ENV  # noqa: E402
+from agentrl.trainers.miles_hooks import FAILED_REASON, filter_scored_groups, reward_func  # noqa: E402
 from tests.miles.conftest import logprob_of, tool_call  # noqa: E402
 
 pytestmark = pytest.mark.slow
