@@ -9,7 +9,7 @@ Each fuzzer has a fixed seed and example budget (well under two minutes in all o
   5,000 levels) anywhere in a frame, and plain garbage text and bytes.
 
 Pass: no HTTP answer is a 5xx and none takes past `HANG` (only a hang detector); every frame gets one
-well-formed reply (or, for `close`, a clean close), and the session lives on after it (it still answers
+well-formed reply, strict JSON (no `NaN` or `Infinity` echoed back; or, for `close`, a clean close), and the session lives on after it (it still answers
 `state`); after every case a well-behaved client still plays an episode to its reward and `/health` says
 healthy; at the end no session is left holding a slot.
 """
@@ -75,6 +75,10 @@ def still_serves(url: str) -> None:
     assert health.status_code == 200 and health.json()["status"] == "healthy", health.text
 
 
+def not_json(constant: str) -> None:
+    raise AssertionError(f"the reply holds {constant}, which is not JSON")
+
+
 def ask(ws: ClientConnection, frame: str | bytes) -> dict[str, Any] | None:
     """Send one frame; its one reply (checked for shape), or None when the server closed cleanly (`close`)."""
     ws.send(frame)
@@ -82,7 +86,7 @@ def ask(ws: ClientConnection, frame: str | bytes) -> dict[str, Any] | None:
         raw = ws.recv(timeout=HANG)
     except ConnectionClosedOK:
         return None
-    reply = json.loads(raw)
+    reply = json.loads(raw, parse_constant=not_json)  # strict JSON: a client in any language must parse it
     assert isinstance(reply, dict) and reply.get("type") in REPLY_TYPES and "data" in reply, raw[:300]
     if reply["type"] == "error":
         assert reply["data"]["code"] in ERROR_CODES and isinstance(reply["data"]["message"], str), raw[:300]

@@ -8,6 +8,7 @@ clients of either version read the prompt, scores and errors.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
@@ -174,7 +175,19 @@ def error_frame(code: str, message: str, **extra: Any) -> str:
 
 def validation_error_frame(exc: ValidationError) -> str:
     errors = exc.errors(include_url=False, include_context=False)
-    return error_frame(VALIDATION_ERROR, "Invalid message", errors=json.loads(dumps({"e": errors}))["e"])
+    return error_frame(VALIDATION_ERROR, "Invalid message", errors=_json_safe(json.loads(dumps({"e": errors}))["e"]))
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` with every NaN or infinite float spelled as a string: an error echoes the client's input, and
+    `NaN`/`Infinity` are not JSON (a strict parser, e.g. JavaScript's, would reject the whole reply)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def envelope(
