@@ -20,6 +20,7 @@ from typing import Any
 
 from agentrl.agents.base import SessionPool, agent_config, parse_roles, task_prompts, with_role
 from agentrl.agents.chat import role_turn
+from agentrl.agents.demos import Demonstration, assistant, split_transcript, teacher_answer, with_answer
 from agentrl.agents.record import Play, Rollout
 from agentrl.answers import extract_answer, to_number, verify_answer
 from agentrl.config.agent import AdversarialAgentConfig
@@ -34,6 +35,8 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, as
         ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _SYMBOLS = {"×": "*", "·": "*", "÷": "/", "−": "-", "–": "-", "^": "**"}
 MAX_MAGNITUDE = 10**15
+# An arithmetic expression written in a problem's text ("11 × 2 − 3", "7^5 mod 13"): the warm start's variants.
+_WRITTEN = re.compile(r"\d+(?:\s*(?:[-+*/×÷−–^]|\bmod\b)\s*\d+)+")
 
 
 class InvalidProblem(ValueError):
@@ -92,6 +95,35 @@ def parse_variant(text: str) -> tuple[str, int]:
     return problem[-1].strip(), label
 
 
+def numbers_variant(task: str, label: str, rng: Any) -> tuple[str, str, int] | None:
+    """(variant task, its expression, its value): `task` with the numbers of the arithmetic expression it
+    states changed, when that expression's value is `label` (so it is the question, not part of it) and a
+    draw of new numbers keeps the value an integer; else None."""
+    found = [m for m in _WRITTEN.finditer(task)]
+    if not found:
+        return None
+    written = found[-1]
+    try:
+        if to_number(label) != evaluate(written.group()):
+            return None
+    except InvalidProblem:
+        return None
+    for _ in range(20):
+        text = re.sub(r"\d+", lambda m: str(rng.randint(max(1, int(m.group()) // 2), int(m.group()) * 2 + 2)),
+                      written.group())
+        if text == written.group():
+            continue
+        try:
+            value = evaluate(text)
+        except InvalidProblem:
+            continue
+        expression = text
+        for symbol, op in _SYMBOLS.items():
+            expression = expression.replace(symbol, op)
+        return task[:written.start()] + text + task[written.end():], re.sub(r"\bmod\b", "%", expression), value
+    return None
+
+
 class AdversarialAgent:
     """Plays one row as a proposer rollout and, for a valid variant, a solver rollout, each scored `correct`
     for its side."""
@@ -101,6 +133,38 @@ class AdversarialAgent:
         defaults = [asdict(r) for r in AdversarialAgentConfig().roles]
         self.roles = parse_roles(self.settings.roles, ROLES, defaults)
 
+    def proposer_messages(self, task: str) -> list[dict[str, Any]]:
+        """The proposer's conversation: its instructions and the parsing contract, then the row's task."""
+        prompt = "\n\n".join(p for p in (self.roles["proposer"].prompt, PROPOSER_FORMAT) if p)
+        return [{"role": "system", "content": prompt}, {"role": "user", "content": task}]
+
+    def solver_messages(self, system: str, problem: str) -> list[dict[str, Any]]:
+        """The solver's conversation on a (variant) problem."""
+        return [{"role": "system", "content": with_role(system, self.roles["solver"])},
+                {"role": "user", "content": problem}]
+
+    def demonstration_options(self) -> dict[str, Any]:
+        """What changes `demonstrations`: part of the SFT warm start's cache key."""
+        return {"pattern": "adversarial", "roles": {n: self.roles[n].prompt for n in ROLES}}
+
+    def demonstrations(self, transcript: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                       rng: Any) -> list[Demonstration]:
+        """The warm start's role turns for a bundle demonstration (both roles play tool-less): the solver
+        answers the task as the teacher did; when the task states its arithmetic (arith), the proposer writes
+        the task with new numbers and that expression, and the solver answers the variant."""
+        system, task, turns = split_transcript(transcript)
+        answer = teacher_answer(turns)
+        if answer is None:
+            return []
+        out = [Demonstration([*self.solver_messages(system, task), *with_answer(turns, answer)])]
+        variant = numbers_variant(task, answer, rng)
+        if variant is not None:
+            problem, expression, value = variant
+            out.append(Demonstration([*self.proposer_messages(task),
+                                      assistant(f"<problem>{problem}</problem>\n<expression>{expression}</expression>")]))
+            out.append(Demonstration([*self.solver_messages(system, problem), *with_answer(turns, str(value))]))
+        return out
+
     async def play(self, sessions: SessionPool, row: dict[str, Any], *, request_kwargs: dict[str, Any]) -> Play:
         system, task = task_prompts(row)
         proposer, solver = (self.roles[n] for n in ROLES)
@@ -109,10 +173,8 @@ class AdversarialAgent:
         turn_kw = {"request_kwargs": request_kwargs, "max_response_tokens": s.max_response_tokens,
                    "max_context_tokens": s.max_context_tokens, "timeout": s.model_timeout}
         p_rec = proposer.stamp(Rollout(base_url=await sessions.open(proposer.name)), play_id)
-        prompt = "\n\n".join(p for p in (proposer.prompt, PROPOSER_FORMAT) if p)
         async with async_client() as client:
-            reply = await role_turn(client, p_rec.base_url, [{"role": "system", "content": prompt},
-                                                             {"role": "user", "content": task}], p_rec, **turn_kw)
+            reply = await role_turn(client, p_rec.base_url, self.proposer_messages(task), p_rec, **turn_kw)
             try:
                 if reply is None:
                     raise InvalidProblem("the proposer gave no reply")
@@ -122,9 +184,8 @@ class AdversarialAgent:
                 p_rec.early_exit = True
                 return Play([p_rec])
             s_rec = solver.stamp(Rollout(base_url=await sessions.open(solver.name)), play_id)
-            answer = await role_turn(client, s_rec.base_url,
-                                     [{"role": "system", "content": with_role(system, solver)},
-                                      {"role": "user", "content": problem}], s_rec, **turn_kw)
+            answer = await role_turn(client, s_rec.base_url, self.solver_messages(system, problem), s_rec,
+                                     **turn_kw)
         for record in (p_rec, s_rec):
             record.details.update(valid=True, problem=problem, label=label)
         if answer is None:  # no fair contest: neither side earns anything

@@ -24,8 +24,16 @@ import httpx
 
 from agentrl.agents.base import Role, SessionPool, agent_config, parse_roles, task_prompts, with_role
 from agentrl.agents.chat import role_turn
+from agentrl.agents.demos import (
+    Demonstration,
+    assistant,
+    corrupt,
+    split_transcript,
+    teacher_answer,
+    with_answer,
+)
 from agentrl.agents.record import Failure, Play, Rollout
-from agentrl.agents.tool_calling import play_episode
+from agentrl.agents.tool_calling import play_episode, played_answer
 from agentrl.answers import extract_answer
 from agentrl.config.agent import CoEvolutionAgentConfig
 from agentrl.http import async_client
@@ -87,6 +95,52 @@ class CoEvolutionAgent:
         """The task with the candidates' block after it, or before it (`candidates: before`)."""
         return f"{block}\n\n{task}" if self.settings.candidates == "before" else f"{task}\n\n{block}"
 
+    def role_messages(self, role: str, system: str, task: str, answers: list[str] | None = None
+                      ) -> list[dict[str, Any]]:
+        """A role's opening conversation: the solver's is the task; the rewriter's and the selector's also show
+        `answers` (the solvers' candidates, or the rewrites)."""
+        user = task
+        if role != "solver":
+            title = "Candidate solutions" if role == "rewriter" else "Rewritten solutions"
+            user = self._with_block(task, solutions_block(title, list(answers or [])))
+        return [{"role": "system", "content": with_role(system, self.roles[role])}, {"role": "user", "content": user}]
+
+    def demonstration_options(self) -> dict[str, Any]:
+        """What changes `demonstrations`: part of the SFT warm start's cache key."""
+        s = self.settings
+        return {"pattern": "co_evolution", "roles": {n: self.roles[n].prompt for n in ROLES},
+                "num_parallel": self.num_parallel, "candidates": s.candidates, "selection": s.selection}
+
+    def demonstrations(self, transcript: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                       rng: Any) -> list[Demonstration]:
+        """The warm start's role turns for a bundle demonstration: the solver plays the teacher's turns; the
+        rewriter, shown num_parallel candidates of which some are corrupted (worse) answers, and the selector,
+        shown as many rewrites with the teacher's among them, answer with the teacher's turns (`selection:
+        judgment`: the selector names the teacher's rewrite). Candidates read as played answers do."""
+        system, task, turns = split_transcript(transcript)
+        answer = teacher_answer(turns)
+        wrong = corrupt(answer, rng) if answer is not None else None
+        out = [Demonstration([*self.role_messages("solver", system, task), *turns], tools)]
+        if wrong is None:  # nothing to tell apart: the other roles would learn to copy a lone answer
+            return out
+
+        def shown(keep: int) -> list[str]:
+            """num_parallel played answers, `keep` of them the teacher's at random places, the rest corrupted."""
+            picks = [answer] * keep + [corrupt(answer, rng) or wrong for _ in range(self.num_parallel - keep)]
+            rng.shuffle(picks)
+            return [played_answer(with_answer(turns, a)[-1]) for a in picks]
+
+        candidates = shown(rng.randint(0, self.num_parallel - 1))
+        out.append(Demonstration([*self.role_messages("rewriter", system, task, candidates), *turns], tools))
+        rewrites = shown(rng.randint(1, self.num_parallel))
+        best = played_answer(with_answer(turns, answer)[-1])
+        selector = self.role_messages("selector", system, task, rewrites)
+        if self.settings.selection == "answer":
+            out.append(Demonstration([*selector, *turns], tools))
+        else:
+            out.append(Demonstration([*selector, assistant(f"Judgment: {rewrites.index(best)}")]))
+        return out
+
     async def _episode(self, sessions: SessionPool, role: Role, messages: list[dict[str, Any]],
                        row: dict[str, Any], request_kwargs: dict[str, Any], play_id: str) -> Rollout:
         base_url = await sessions.open(role.name)
@@ -123,7 +177,7 @@ class CoEvolutionAgent:
                 r.details["judged"] = True
             return Play(rollouts, outcome=None, judged=True)
 
-        solver_msgs = [{"role": "system", "content": with_role(system, solver)}, {"role": "user", "content": task}]
+        solver_msgs = self.role_messages(solver.name, system, task)
         solvers = list(await asyncio.gather(*(
             self._episode(sessions, solver, solver_msgs, row, session_kwargs(request_kwargs, k), play_id)
             for k in range(self.num_parallel))))
@@ -131,9 +185,7 @@ class CoEvolutionAgent:
         if not answers:
             return early_exit(solvers)
 
-        rewriter_msgs = [{"role": "system", "content": with_role(system, rewriter)},
-                         {"role": "user", "content": self._with_block(task, solutions_block('Candidate solutions',
-                                                                                           answers))}]
+        rewriter_msgs = self.role_messages(rewriter.name, system, task, answers)
         rewriters = list(await asyncio.gather(*(
             self._episode(sessions, rewriter, rewriter_msgs, row,
                           session_kwargs(request_kwargs, self.num_parallel + k), play_id)
@@ -142,9 +194,7 @@ class CoEvolutionAgent:
         if not rewrites:
             return early_exit(solvers + rewriters)
 
-        block = solutions_block("Rewritten solutions", [r.answer for r in rewrites])
-        messages = [{"role": "system", "content": with_role(system, selector)},
-                    {"role": "user", "content": self._with_block(task, block)}]
+        messages = self.role_messages(selector.name, system, task, [r.answer for r in rewrites])
         request_kwargs = session_kwargs(request_kwargs, 2 * self.num_parallel)
         if self.settings.selection == "answer":
             return await self._select_by_answer(sessions, selector, messages, row, request_kwargs, play_id,

@@ -17,6 +17,7 @@ from typing import Any
 
 from agentrl.agents.base import SessionPool, agent_config, parse_roles, task_prompts, with_role
 from agentrl.agents.chat import role_turn
+from agentrl.agents.demos import Demonstration, assistant, corrupt, split_transcript, teacher_answer
 from agentrl.agents.record import Play, Rollout
 from agentrl.agents.tool_calling import submit
 from agentrl.answers import extract_answer
@@ -26,6 +27,9 @@ from agentrl.http import async_client
 ROLES = ("thinker", "verifier")
 _FINAL = re.compile(r"<final_answer>(.*?)</final_answer>", re.S | re.I)
 _ACCEPT = re.compile(r"\bACCEPT(?:ED)?\b")
+# The warm start's verifier replies: ACCEPT to the teacher's answer, this to a corrupted one.
+ACCEPT, REJECT = "ACCEPT", "The final answer is wrong."
+REJECT_SHARE = 0.5  # tasks whose demonstrations also show a rejected wrong answer: the verdict is not a constant
 
 
 def final_answer(text: str) -> str | None:
@@ -47,17 +51,53 @@ class ThinkerVerifierAgent:
         defaults = [asdict(r) for r in ThinkerVerifierAgentConfig().roles]
         self.roles = parse_roles(self.settings.roles, ROLES, defaults)
 
+    def thinker_messages(self, system: str, task: str) -> list[dict[str, Any]]:
+        """The thinker's opening conversation."""
+        return [{"role": "system", "content": with_role(system, self.roles["thinker"])},
+                {"role": "user", "content": task}]
+
+    def verifier_messages(self, system: str) -> list[dict[str, Any]]:
+        """The verifier's opening conversation (the proposals arrive as user messages)."""
+        return [{"role": "system", "content": with_role(system, self.roles["verifier"])}]
+
+    @staticmethod
+    def proposal(task: str, text: str, *, first: bool) -> dict[str, Any]:
+        """The user message that shows the verifier the thinker's (first or revised) proposal."""
+        intro = f"{task}\n\n### Proposed solution\n" if first else "### Revised solution\n"
+        return {"role": "user", "content": intro + text}
+
+    def demonstration_options(self) -> dict[str, Any]:
+        """What changes `demonstrations`: part of the SFT warm start's cache key."""
+        return {"pattern": "thinker_verifier", "roles": {n: self.roles[n].prompt for n in ROLES},
+                "reject_share": REJECT_SHARE}
+
+    def demonstrations(self, transcript: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                       rng: Any) -> list[Demonstration]:
+        """The warm start's role turns for a bundle demonstration: the thinker proposes the teacher's answer as
+        `<final_answer>`, the verifier ACCEPTs it and (on REJECT_SHARE of the tasks) rejects a corrupted one.
+        Both roles play tool-less."""
+        system, task, turns = split_transcript(transcript)
+        answer = teacher_answer(turns)
+        if answer is None:
+            return []
+        right = f"<final_answer>{answer}</final_answer>"
+        out = [Demonstration([*self.thinker_messages(system, task), assistant(right)]),
+               Demonstration([*self.verifier_messages(system), self.proposal(task, right, first=True),
+                              assistant(ACCEPT)])]
+        wrong = corrupt(answer, rng)
+        if wrong is not None and rng.random() < REJECT_SHARE:
+            out.append(Demonstration([*self.verifier_messages(system),
+                                      self.proposal(task, f"<final_answer>{wrong}</final_answer>", first=True),
+                                      assistant(REJECT)]))
+        return out
+
     async def play(self, sessions: SessionPool, row: dict[str, Any], *, request_kwargs: dict[str, Any]) -> Play:
         system, task = task_prompts(row)
         thinker, verifier = (self.roles[n] for n in ROLES)
         play_id = Rollout().play_id
         records = {r.name: r.stamp(Rollout(base_url=await sessions.open(r.name)), play_id)
                    for r in (thinker, verifier)}
-        convo = {
-            thinker.name: [{"role": "system", "content": with_role(system, thinker)},
-                           {"role": "user", "content": task}],
-            verifier.name: [{"role": "system", "content": with_role(system, verifier)}],
-        }
+        convo = {thinker.name: self.thinker_messages(system, task), verifier.name: self.verifier_messages(system)}
         s = self.settings
         agreement = s.accept == "agreement"
         turns, accepted, proposal, answer = 0, False, "", None
@@ -78,8 +118,7 @@ class ThinkerVerifierAgent:
                 proposal, answer = text, final_answer(text) if not agreement else extract_answer(text)
                 if turns >= s.max_turns:
                     break
-                intro = f"{task}\n\n### Proposed solution\n" if turns == 1 else "### Revised solution\n"
-                convo[verifier.name].append({"role": "user", "content": intro + text})
+                convo[verifier.name].append(self.proposal(task, text, first=turns == 1))
                 verdict = await turn(verifier.name)
                 if verdict is None:
                     break

@@ -104,6 +104,23 @@ def _parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str]:
     return value, ""
 
 
+def call_answer(name: str, arguments: dict[str, Any]) -> str:
+    """A tool call as the rollout's `answer` (what co-evolution shows the next role): end_turn's response, else
+    the call as `name {json arguments}`."""
+    return str(arguments.get("response") or "") if name == END_TURN else f"{name} {json.dumps(arguments)}"
+
+
+def played_answer(message: dict[str, Any]) -> str:
+    """The `answer` an episode records for this assistant message when it is the episode's last: its last tool
+    call's (`call_answer`), else its text."""
+    calls = message.get("tool_calls") or []
+    if not calls:
+        return str(message.get("content") or "")
+    fn = calls[-1].get("function") or {}
+    arguments, _ = _parse_arguments(fn.get("arguments", "{}"))
+    return call_answer(str(fn.get("name") or ""), arguments or {})
+
+
 def _append(play: _Play, message: dict[str, Any]) -> None:
     play.messages.append(message)
     play.uncounted.append(message)
@@ -184,7 +201,7 @@ async def _tool_calls(env: EpisodeClient, play: _Play, reply: ChatReply) -> bool
             _append(play, {"role": "tool", "tool_call_id": call.get("id", ""), "name": name, "content": text})
             continue
         rec.tool_calls += 1
-        rec.answer = (arguments.get("response") or "") if name == END_TURN else f"{name} {json.dumps(arguments)}"
+        rec.answer = call_answer(name, arguments)
         result = await _call(env, name, arguments, play)
         if result is None:
             return False

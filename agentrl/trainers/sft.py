@@ -10,6 +10,7 @@ The result is a Hugging Face folder (model + tokenizer) written whole or not at 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import random
 import shutil
@@ -30,6 +31,8 @@ from agentrl.trainers.forward import first_loss_column, next_token_logits
 log = logging.getLogger(__name__)
 
 
+_UNSET: Any = object()  # "not given": build the run's agent from the config
+
 # The settings of an SFT run: `trainer` (trainer=sft) and `trainer.warm_start` (GRPO's warm start) both hold them.
 SFT_SETTINGS = ("teacher", "steps", "lr", "batch_samples", "warmup_steps", "augment", "weight_decay")
 
@@ -44,40 +47,70 @@ def data_key(bundle: Any) -> str:
     return "|".join(map(str, options.values())) if options else "None"
 
 
-def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any = None) -> Path:
+def role_demonstrations(agent: Any) -> bool:
+    """True when the agent makes its own role demonstrations (a multi-agent pattern's `demonstrations`)."""
+    return callable(getattr(agent, "demonstrations", None))
+
+
+def _run_agent(cfg: DictConfig) -> Any:
+    """The run's agent built from `cfg.agent`, or None for a config without one."""
+    if cfg.get("agent") is None:
+        return None
+    from hydra.utils import instantiate
+
+    return instantiate(cfg.agent)
+
+
+def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any = None, agent: Any = _UNSET) -> Path:
     """Where the SFT result for these settings lives: reused by every run that asks for the same warm start.
 
-    The key holds the bundle, its data options, the train split, the base model, the seed and `SFT_SETTINGS`;
-    `bundle` is the run's loaded bundle (loaded from `cfg.env` when not given).
+    The key holds the bundle, its data options, the train split, the base model, the seed and `SFT_SETTINGS`,
+    and, for an agent that makes role demonstrations, its pattern and `demonstration_options()` (the folder
+    name then says the pattern): two patterns never share a warm start. `bundle` and `agent` are the run's
+    (built from `cfg.env` and `cfg.agent` when not given).
     """
     env = cfg.env
     if bundle is None:
         from hydra.utils import instantiate
 
         bundle = instantiate(env)
-    key = "|".join(map(str, (env.bundle, data_key(bundle), env.train_split, cfg.model.path, cfg.seed,
-                             *(settings[k] for k in SFT_SETTINGS))))
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    name = f"{Path(str(env.bundle)).name}-{settings['teacher']}-s{settings['steps']}-{digest}"
-    return Path(cfg.paths.checkpoint_dir) / "sft" / name
+    agent = _run_agent(cfg) if agent is _UNSET else agent
+    parts = [env.bundle, data_key(bundle), env.train_split, cfg.model.path, cfg.seed,
+             *(settings[k] for k in SFT_SETTINGS)]
+    label = Path(str(env.bundle)).name
+    if role_demonstrations(agent):
+        # Only role-aware warm starts get the extra part: the tool-calling agent's folders keep their names.
+        options = agent.demonstration_options()
+        parts.append(json.dumps(options, sort_keys=True))
+        label += f"-{options['pattern']}"
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:10]
+    return Path(cfg.paths.checkpoint_dir) / "sft" / f"{label}-{settings['teacher']}-s{settings['steps']}-{digest}"
+
+
+def demonstration_chats(bundle: Any, split: str, index: int, teacher: str, augment: int = 0, seed: int = 0,
+                        agent: Any = None) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]]:
+    """(messages, tools) of every chat task `index` contributes to SFT: the bundle's demonstration and its
+    `augment` variants (drawn with a generator seeded by `seed` and the task's index: reproducible), each as
+    the single agent plays it, or, for an agent with roles (`role_demonstrations`), as the agent's role turns
+    with the teacher's answer (`agent.demonstrations`, rendered with the tools that role is sent)."""
+    rng = random.Random(f"{seed}/{split}/{index}")
+    transcripts = [bundle.demonstration(split, index, teacher)]
+    transcripts += [bundle.demonstration_variant(split, index, teacher, rng) for _ in range(augment)]
+    tools = getattr(bundle, "tools", None) or bundle.episode(split, index).first_turn().tools or None
+    if not role_demonstrations(agent):
+        return [(messages, tools) for messages in transcripts]
+    return [(d.messages, d.tools or None) for t in transcripts for d in agent.demonstrations(t, tools, rng)]
 
 
 def encode_demonstrations(tokenizer: Any, bundle: Any, split: str, teacher: str, limit: int | None = None,
-                          augment: int = 0, seed: int = 0) -> list[tuple[list[int], list[int]]]:
-    """(token ids, assistant mask) per demonstration, cut after the last assistant token.
-
-    With `augment` > 0, each task also contributes that many of the bundle's `demonstration_variant`s
-    (drawn with a generator seeded by `seed` and the task's index, so the data is reproducible).
-    """
+                          augment: int = 0, seed: int = 0, agent: Any = None) -> list[tuple[list[int], list[int]]]:
+    """(token ids, assistant mask) per demonstration chat (`demonstration_chats`), cut after the last
+    assistant token."""
     count = bundle.splits()[split] if limit is None else min(limit, bundle.splits()[split])
     out = []
     for i in range(count):
-        transcripts = [bundle.demonstration(split, i, teacher)]
-        rng = random.Random(f"{seed}/{split}/{i}")
-        transcripts += [bundle.demonstration_variant(split, i, teacher, rng) for _ in range(augment)]
-        tools = getattr(bundle, "tools", None) or bundle.episode(split, i).first_turn().tools
-        for messages in transcripts:
-            enc = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=True,
+        for messages, tools in demonstration_chats(bundle, split, i, teacher, augment, seed, agent):
+            enc = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
                                                 return_assistant_tokens_mask=True)
             ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
             if not any(mask):
@@ -179,7 +212,8 @@ class SFTTrainer:
     def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
         t = cfg.trainer
-        self.output_dir = Path(t.output_dir) if t.get("output_dir") else sft_checkpoint_path(cfg, t, plan.bundle)
+        self.output_dir = Path(t.output_dir) if t.get("output_dir") else \
+            sft_checkpoint_path(cfg, t, plan.bundle, plan.agent)
 
     def fit(self) -> dict[str, float]:
         """Train, then play the eval split sampled and greedy-decoded; returns the metrics, among them
@@ -236,10 +270,12 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32).to(device)
     teacher, steps = str(settings["teacher"]), int(settings["steps"])
     started = time.monotonic()
+    agent = getattr(plan, "agent", None)
     data = encode_demonstrations(tokenizer, plan.bundle, cfg.env.train_split, teacher,
-                                 augment=int(settings["augment"]), seed=int(cfg.seed))
-    log.info("SFT on %d %s demonstrations of %s for %d steps on %s", len(data), teacher, plan.bundle.name, steps,
-             device)
+                                 augment=int(settings["augment"]), seed=int(cfg.seed), agent=agent)
+    kind = f"{type(agent).__name__} role" if role_demonstrations(agent) else "single-agent"
+    log.info("SFT on %d %s %s demonstrations of %s for %d steps on %s", len(data), kind, teacher,
+             plan.bundle.name, steps, device)
     last = {"loss": float("nan"), "eval_s": 0.0}
     loss_key = f"{prefix}/loss" if prefix else "sft/loss"
     bar = tqdm(total=steps, desc=f"SFT ({teacher})", unit="step", mininterval=5.0, dynamic_ncols=True)

@@ -51,7 +51,7 @@ def warm_start_path(cfg: DictConfig, plan: Any, tracker: Any = None) -> str:
     the base model when the warm start is off. With a tracker, a warm start made here is logged to it."""
     from hydra.utils import instantiate
 
-    from agentrl.trainers.sft import run_sft, sft_checkpoint_path
+    from agentrl.trainers.sft import role_demonstrations, run_sft, sft_checkpoint_path
 
     ws = cfg.trainer.warm_start
     if not ws.enabled:
@@ -62,12 +62,13 @@ def warm_start_path(cfg: DictConfig, plan: Any, tracker: Any = None) -> str:
             raise FileNotFoundError(f"trainer.warm_start.checkpoint={ws.checkpoint} does not exist")
         _tag(tracker, ws.checkpoint, reused=True)
         return str(ws.checkpoint)
-    path = sft_checkpoint_path(cfg, ws, plan.bundle)
+    path = sft_checkpoint_path(cfg, ws, plan.bundle, plan.agent)
     if (path / "config.json").is_file():
         print(f"warm start: reusing {path}", flush=True)
         _tag(tracker, path, reused=True)
         return str(path)
-    print(f"warm start: SFT on {ws.teacher} demonstrations for {ws.steps} steps -> {path}", flush=True)
+    roles = " role" if role_demonstrations(plan.agent) else ""
+    print(f"warm start: SFT on {ws.teacher}{roles} demonstrations for {ws.steps} steps -> {path}", flush=True)
     started = time.monotonic()
     run_sft(cfg, plan, path, ws, tracker=tracker, prefix=PREFIX)
     if tracker is not None:
