@@ -112,3 +112,6 @@ class TextArenaEnvConfig(EnvConfig):
     eval_opponent: str | None = "random"
     # Show only the last N characters of each observation (a small model's context); null: all of it.
     prompt_chars: int | None = None
+    # full: TextArena's observation (cut by prompt_chars); board: only the current position (the player's mark,
+    # the board without grid lines, the available moves), ~40 tokens a TicTacToe turn for a small model.
+    observation: str = "full"

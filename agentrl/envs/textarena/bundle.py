@@ -7,6 +7,11 @@ its roles by it); the reply (ending the turn) is the move. A split either lets t
 `first`: a move listed in the observation's `Available Moves`) and the agent plays the other seat,
 alternating seats by task index (the match scores `win`, the agent's outcome). Outcomes are 1 win, 0.5 draw,
 0 loss, from TextArena's own rewards.
+
+A turn's prompt is the player's observation (`observation=full`: TextArena's whole running transcript, its last
+`prompt_chars` characters when set) or only the current position (`observation=board`: the player's mark, the
+last board drawn without its grid lines, and the available moves: ~40 tokens for TicTacToe instead of a
+transcript that grows by ~150 tokens a move), for a small model's short context.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from typing import Any
 from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
 
 OPPONENTS = ("random", "first")
+OBSERVATIONS = ("full", "board")
+_MARK = re.compile(r"you will be '([^']+)'")
 _MOVE = re.compile(r"'(\[[^\]]*\])'")
 SYSTEM = ("You are Player {seat} in the game {game}. Read the game's messages and reply with your next move "
           "only, in the format the game asks for.")
@@ -27,6 +34,28 @@ def listed_moves(observation: str) -> list[str]:
     """The moves an observation lists after its last `Available Moves:` (TicTacToe and its like)."""
     _, found, tail = observation.rpartition("Available Moves:")
     return _MOVE.findall(tail.split("\n", 1)[0]) if found else []
+
+
+def board_view(observation: str) -> str | None:
+    """The current position of an observation: `You: <mark>` (when the game says it), the last board drawn after
+    `Current Board:` with its grid lines dropped and cells space-separated, and `Moves: [a] [b] ...`; None when
+    the observation draws no board."""
+    _, found, tail = observation.rpartition("Current Board:")
+    if not found:
+        return None
+    mark = _MARK.findall(observation)
+    lines = [f"You: {mark[-1]}"] if mark else []
+    for line in tail.splitlines():
+        text = line.strip()
+        if not text or set(text) <= set("-+|="):
+            continue
+        if text.startswith("Available Moves:"):
+            lines.append("Moves: " + " ".join(listed_moves(text)))
+            break
+        if text.startswith("["):  # a later message ("[Player 1] ...", "[GAME] ..."): the board has ended
+            break
+        lines.append(" ".join(cell.strip() for cell in text.split("|")))
+    return "\n".join(lines)
 
 
 def make_game(game: str) -> Any:
@@ -50,7 +79,8 @@ class TextArenaEpisode(Episode):
         self.rng = random.Random(seed)
         self.outcome: dict[int, float] | None = None
         self.seat: int | None = None
-        self.observation = ""
+        self.observation = ""  # what the agent was shown (the turn's prompt)
+        self.raw = ""  # TextArena's observation behind it (its listed moves: the demonstrations' choices)
 
     def _agent_plays(self, seat: int) -> bool:
         return self.opponent is None or seat == self.agent_seat
@@ -60,7 +90,7 @@ class TextArenaEpisode(Episode):
         while not done:
             seat, observation = self.game.get_observation()
             if self._agent_plays(seat):
-                self.seat, self.observation = seat, self.bundle.shown(observation)
+                self.seat, self.raw, self.observation = seat, observation, self.bundle.shown(observation)
                 system = SYSTEM.format(seat=seat, game=self.bundle.game)
                 return Turn(prompt=self.observation, system_prompt=system, tools=[])
             moves = listed_moves(observation) or ["[0]"]
@@ -106,16 +136,20 @@ class TextArenaBundle(Bundle):
 
     def __init__(self, game: str = "TicTacToe-v0", *, num_players: int = 2, train_size: int = 256,
                  eval_size: int = 64, seed: int = 0, train_opponent: str | None = None,
-                 eval_opponent: str | None = "random", prompt_chars: int | None = None, train_split: str = "train", eval_split: str = "eval") -> None:
+                 eval_opponent: str | None = "random", prompt_chars: int | None = None, observation: str = "full",
+                 train_split: str = "train", eval_split: str = "eval") -> None:
         for key, value in (("train_opponent", train_opponent), ("eval_opponent", eval_opponent)):
             if value is not None and value not in OPPONENTS:
                 raise ValueError(f"env.{key}={value!r}: choose one of {', '.join(OPPONENTS)}, or null (self-play)")
         if min(train_size, eval_size) < 1:
             raise ValueError("env.train_size and env.eval_size must be >= 1")
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"env.observation={observation!r}: choose one of {', '.join(OBSERVATIONS)}")
+        self.observation = observation
         self.game, self.num_players = game, int(num_players)
         self.options = {"game": game, "num_players": num_players, "train_size": train_size, "eval_size": eval_size,
                         "seed": seed, "train_opponent": train_opponent, "eval_opponent": eval_opponent,
-                        "prompt_chars": prompt_chars}
+                        "prompt_chars": prompt_chars, "observation": observation}
         if prompt_chars is not None and int(prompt_chars) < 1:
             raise ValueError(f"env.prompt_chars must be >= 1 (or null: the whole observation), not {prompt_chars}")
         self.prompt_chars = None if prompt_chars is None else int(prompt_chars)
@@ -127,8 +161,11 @@ class TextArenaBundle(Bundle):
         self._probe(train_opponent or eval_opponent)
 
     def shown(self, observation: str) -> str:
-        """What a turn's prompt shows of an observation: its last `prompt_chars` characters (the board and the
-        moves, for TicTacToe: a small model's context cannot hold every turn's rules and boards), or all."""
+        """What a turn's prompt shows of an observation: the current position (`observation=board`), else its
+        last `prompt_chars` characters (the board and the moves, for TicTacToe: a small model's context cannot
+        hold every turn's rules and boards), or all."""
+        if self.observation == "board":
+            return board_view(observation) or observation
         if self.prompt_chars is None or len(observation) <= self.prompt_chars:
             return observation
         return "..." + observation[-self.prompt_chars:]
@@ -142,6 +179,9 @@ class TextArenaBundle(Bundle):
         except (AssertionError, ValueError, TypeError) as exc:
             raise ValueError(f"env.game={self.game} refuses env.num_players={self.num_players}: {exc}") from None
         _, observation = game.get_observation()
+        if self.observation == "board" and board_view(observation) is None:
+            raise ValueError(f"env.game={self.game} draws no 'Current Board:' for env.observation=board; "
+                             "use env.observation=full")
         if opponent is not None and not listed_moves(observation):
             raise ValueError(f"env.game={self.game} lists no 'Available Moves' for a scripted opponent "
                              f"(env.train_opponent / env.eval_opponent); use null (self-play)")
@@ -181,7 +221,7 @@ class TextArenaBundle(Bundle):
         turn: Turn | None = episode.first_turn()
         messages: list[dict[str, Any]] = [{"role": "system", "content": turn.system_prompt}]
         while turn is not None:
-            move = rng.choice(listed_moves(turn.prompt) or ["[0]"])
+            move = rng.choice(listed_moves(episode.raw) or ["[0]"])
             messages += [{"role": "user", "content": turn.prompt}, {"role": "assistant", "content": move}]
             turn = episode.end_turn(move)
         return messages
