@@ -1,0 +1,90 @@
+"""The role-aware warm start: its cache folder is the pattern's own, and a thinker-verifier run made from it
+through the CLI starts with a non-zero eval reward (the single-agent warm start never teaches the roles'
+`<final_answer>` and ACCEPT, so that pattern starts at 0 from it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from agentrl.envs.bundles import load_bundle
+from agentrl.trainers.sft import sft_checkpoint_path
+
+REPO = Path(__file__).resolve().parents[2]
+SETTINGS = dict(teacher="optimal", steps=400, lr=3e-3, batch_samples=32, warmup_steps=50, augment=0,
+                weight_decay=0.0)
+
+
+def _folder(tmp_path: Path, agent: dict | None) -> Path:
+    cfg = OmegaConf.create({"env": {"bundle": "arith", "train_split": "train"}, "model": {"path": "/m/tiny"},
+                            "seed": 0, "paths": {"checkpoint_dir": str(tmp_path)},
+                            **({"agent": agent} if agent is not None else {})})
+    return sft_checkpoint_path(cfg, SETTINGS, load_bundle("arith"))
+
+
+def test_each_pattern_gets_its_own_warm_start_folder(tmp_path: Path) -> None:
+    tv = {"_target_": "agentrl.agents.thinker_verifier.ThinkerVerifierAgent"}
+    adv = {"_target_": "agentrl.agents.adversarial.AdversarialAgent"}
+    co = {"_target_": "agentrl.agents.co_evolution.CoEvolutionAgent", "num_parallel": 3}
+    single = {"_target_": "agentrl.agents.tool_calling.ToolCallingAgent"}
+    folders = {name: _folder(tmp_path, agent) for name, agent in
+               (("tv", tv), ("adv", adv), ("co", co), ("single", single), ("none", None))}
+    assert len({folders[n] for n in ("tv", "adv", "co", "single")}) == 4
+    assert folders["tv"].name.startswith("arith-thinker_verifier-optimal-s400-")
+    assert folders["adv"].name.startswith("arith-adversarial-optimal-s400-")
+    # The single agent's folder keeps the name it had before patterns had warm starts of their own.
+    assert folders["single"] == folders["none"] and folders["single"].name.startswith("arith-optimal-s400-")
+    # What changes the demonstrations changes the folder (a role's prompt, num_parallel); what does not, not.
+    assert _folder(tmp_path, {**co, "num_parallel": 2}) != folders["co"]
+    assert _folder(tmp_path, {**tv, "roles": [{"name": "verifier", "prompt": "Say ACCEPT."}]}) != folders["tv"]
+    assert _folder(tmp_path, {**tv, "max_response_tokens": 64, "max_turns": 2}) == folders["tv"]
+
+
+def _toy_bundle(root: Path) -> Path:
+    """A folder bundle (the `agentrl.envs new` template) whose every task's answer is "ok": what is learned is
+    the pattern's format, nothing else."""
+    from agentrl.envs.__main__ import main
+
+    assert main(["new", "toy", "--dir", str(root)]) == 0
+    folder = root / "toy"
+    words = ["ab", "cd", "ef", "gh"]
+    for split, n in (("train", 32), ("eval", 4)):
+        rows = [{"task_id": f"toy-{split}-{i}", "word": words[i % 4], "answer": "ok"} for i in range(n)]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["refresh", str(folder)]) == 0
+    return folder
+
+
+@pytest.mark.slow
+def test_thinker_verifier_starts_with_a_nonzero_eval_reward_from_its_warm_start(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    home = tmp_path / "home"
+    args = ["env=custom", f"env.bundle={_toy_bundle(tmp_path)}", "agent=thinker_verifier", "reward=env_score",
+            "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
+            "model.intermediate_size=64", "model.vocab_size=1024", "trainer.warm_start.enabled=true",
+            "trainer.warm_start.teacher=label", "trainer.warm_start.steps=120", "trainer.warm_start.lr=3e-3",
+            "trainer.warm_start.batch_samples=8", "trainer.warm_start.warmup_steps=10",
+            "trainer.warm_start.augment=0", "trainer.steps=2", "trainer.eval_every=1", "trainer.eval_limit=4",
+            "trainer.prompts_per_step=1", "trainer.samples_per_prompt=2", "trainer.temperature=0.7",
+            "trainer.lr=1e-5", "trainer.threads=1", "trainer.checkpoint_every=0", "agent.max_turns=2",
+            "agent.max_response_tokens=24"]
+    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "SFT on label role demonstrations" in done.stdout
+    assert "/sft/toy-thinker_verifier-label-s120-" in done.stdout
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    run = next(r for r in runs if "eval/reward" in r.data.metrics)
+    start = [m.value for m in client.get_metric_history(run.info.run_id, "eval/reward") if m.step == 0]
+    assert start and start[0] > 0, f"the eval before any GRPO step scored {start}"
+    assert run.data.metrics["warm_start/eval/reward"] > 0
