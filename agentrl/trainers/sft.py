@@ -4,8 +4,8 @@ Each train task's demonstration (system, user, the teacher's tool call, the tool
 the model's chat template; the loss is the mean cross-entropy over the assistant's tokens only (the
 template's generation blocks). A multi-agent pattern's run trains on its own role turns instead (the agent's
 `demonstrations`, `agents/demos.py`), cached in a folder of its own. The teacher is one the bundle offers
-(`Bundle.teachers`). Evaluation plays real episodes of the eval split through the same engine, session server and env server that GRPO uses.
-The result is a Hugging Face folder (model + tokenizer) written whole or not at all (`fsutil.atomic_dir`).
+(`Bundle.teachers`). Evaluation plays real episodes of the eval split through the same engine, session server
+and env server that GRPO uses. The result is a Hugging Face folder (model + tokenizer) written whole or not at all (`fsutil.atomic_dir`).
 """
 
 from __future__ import annotations
