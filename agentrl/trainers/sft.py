@@ -5,7 +5,8 @@ the model's chat template; the loss is the mean cross-entropy over the assistant
 template's generation blocks). A multi-agent pattern's run trains on its own role turns instead (the agent's
 `demonstrations`, `agents/demos.py`), cached in a folder of its own. The teacher is one the bundle offers
 (`Bundle.teachers`). Evaluation plays real episodes of the eval split through the same engine, session server
-and env server that GRPO uses. The result is a Hugging Face folder (model + tokenizer) written whole or not at all (`fsutil.atomic_dir`).
+and env server that GRPO uses. The result is a Hugging Face folder (model + tokenizer) written whole or not at
+all (`fsutil.atomic_dir`).
 """
 
 from __future__ import annotations
