@@ -116,6 +116,12 @@ def role_mean(groups: list[list[Any]], role: str) -> list[float]:
     return out
 
 
+def ended_early(groups: list[list[Any]]) -> float:
+    """Share of plays that ended before their outcome (an early exit or a flag in any rollout): a verifier that
+    never accepted, an invalid variant, a play without a selected answer."""
+    return sum(any(r.early_exit or r.failure for r in g) for g in groups) / max(len(groups), 1)
+
+
 def train(cfg: Any, plan: Any, *, token_budget: float | None = None, seconds_budget: float | None = None
           ) -> tuple[Any, Memory, float, str]:
     """GRPO for trainer.steps (or until `token_budget` model tokens were generated, or `seconds_budget` seconds
@@ -183,13 +189,16 @@ def cmd_pattern(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     roles = sorted({r.role for g in after for r in g})
     by_role = {role: (sum(role_mean(before, role)) / len(before), sum(role_mean(after, role)) / len(after))
                for role in roles}
+    early = (ended_early(before), ended_early(after))
     result = {"pattern": type(plan.agent).__name__, "task": cfg.env.bundle, "start": mean_se(b), "after": mean_se(a),
               "steps": int(cfg.trainer.steps), "train_s": seconds, "paired_diff": diff, "paired_se": se,
               "multi_agent_end": {k: v for k, v in end.items() if k.startswith(("multi_agent/", "loss_mask/"))},
-              "by_role_before_after": by_role, "health": trainer.health.summary(), "eval_tasks": len(b)}
+              "by_role_before_after": by_role, "health": trainer.health.summary(), "eval_tasks": len(b),
+              "eval_ended_early_before_after": early}
     print(f"| {result['pattern']} | {result['task']} | {result['start']} | {result['after']} (N={result['steps']}) "
           f"| {seconds / 60:.1f} min | {ma} |")
-    print(f"paired after - start: {diff:+.3f} ± {se:.3f} (se) over {len(b)} eval tasks; by role {by_role}")
+    print(f"paired after - start: {diff:+.3f} ± {se:.3f} (se) over {len(b)} eval tasks; by role {by_role}; "
+          f"eval plays ended early {early[0]:.2f} -> {early[1]:.2f}")
     print(result["health"])
     return result
 
