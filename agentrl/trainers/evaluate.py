@@ -111,3 +111,21 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, tempe
         tqdm.write(eval_line(metrics, time.monotonic() - started, prefix=prefix, step=step), file=sys.stdout)
         sys.stdout.flush()
     return metrics, played
+
+
+def trainer_eval(services: Any, bundle: Any, cfg: Any, step: int, *, greedy: bool, times: dict[str, float],
+                 history: dict[str, list[tuple[int, float]]]) -> dict[str, float]:
+    """A trainer's eval at `step` with the run's settings (sampled at the training temperature, or greedy):
+    the same call for every backend, so `eval/*` compares across them. Adds its seconds to `times["eval"]`
+    and a sampled eval's reward to `history["eval/reward"]`."""
+    t = cfg.trainer
+    started = time.monotonic()
+    metrics, _ = evaluate(services, bundle, cfg.env.eval_split, limit=t.eval_limit,
+                          temperature=0.0 if greedy else float(t.temperature), top_p=float(t.top_p),
+                          seed_parts=(cfg.seed, step), prefix="eval_greedy" if greedy else "eval", step=step)
+    seconds = time.monotonic() - started
+    times["eval"] += seconds
+    if not greedy:
+        metrics["time/eval_s"] = seconds
+        history["eval/reward"].append((step, metrics["eval/reward"]))
+    return metrics

@@ -30,7 +30,7 @@ from agentrl.agents.record import Rollout
 from agentrl.devices import set_threads, train_device
 from agentrl.rewards import FAILED, FailureStreak, failure_cause, group_drop_reason
 from agentrl.trainers import checkpoint as ckpt
-from agentrl.trainers.evaluate import evaluate
+from agentrl.trainers.evaluate import trainer_eval
 from agentrl.trainers.health import HealthWatch
 from agentrl.trainers.plots import reward_curves
 from agentrl.trainers.policies import MAIN, Policy, load_learners, main_policy, plan_policies, step_policies
@@ -245,16 +245,8 @@ class GRPOTrainer:
         return metrics
 
     def _evaluate(self, step: int, *, greedy: bool = False) -> dict[str, float]:
-        started = time.monotonic()
-        metrics, _ = evaluate(self.services, self.plan.bundle, self.cfg.env.eval_split, limit=self.t.eval_limit,
-                              temperature=0.0 if greedy else float(self.t.temperature), top_p=float(self.t.top_p),
-                              seed_parts=(self.cfg.seed, step), prefix="eval_greedy" if greedy else "eval", step=step)
-        seconds = time.monotonic() - started
-        self.times["eval"] += seconds
-        if not greedy:
-            metrics["time/eval_s"] = seconds
-            self.history["eval/reward"].append((step, metrics["eval/reward"]))
-        return metrics
+        return trainer_eval(self.services, self.plan.bundle, self.cfg, step, greedy=greedy, times=self.times,
+                            history=self.history)
 
     def _save(self, step: int) -> None:
         others = [p for p in self.policies if p.learner is not None and p.name != MAIN]

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentrl.agents.record import Rollout
 from agentrl.devices import set_threads
 from agentrl.rewards import FAILED, group_drop_reason
-from agentrl.trainers.evaluate import evaluate
+from agentrl.trainers.evaluate import trainer_eval
 from agentrl.trainers.grpo import RowStream, rollout_metrics
 from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
@@ -171,16 +171,8 @@ class Bridge:
         """agentrl's evaluator on the eval split with TRL's current weights (rank 0 only)."""
         if trainer is not None:
             self.sync(trainer)
-        started = time.monotonic()
-        metrics, _ = evaluate(self.services, self.plan.bundle, self.cfg.env.eval_split, limit=self.t.eval_limit,
-                              temperature=0.0 if greedy else float(self.t.temperature), top_p=float(self.t.top_p),
-                              seed_parts=(self.cfg.seed, step), prefix="eval_greedy" if greedy else "eval", step=step)
-        seconds = time.monotonic() - started
-        self.times["eval"] += seconds
-        if not greedy:
-            metrics["time/eval_s"] = seconds
-            self.history["eval/reward"].append((step, metrics["eval/reward"]))
-        return metrics
+        return trainer_eval(self.services, self.plan.bundle, self.cfg, step, greedy=greedy, times=self.times,
+                            history=self.history)
 
 
 def make_callback(bridge: Bridge, trainer_ref: list[Any]) -> Any:
