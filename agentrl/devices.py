@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
 import torch
@@ -72,6 +73,23 @@ def set_threads(cfg: Any) -> int:
     if threads:
         torch.set_num_threads(threads)
     return torch.get_num_threads()
+
+
+def describe_threads(cfg: Any) -> str:
+    """The plan's `threads` line: torch's CPU threads for the warm start and for the trainer's loop, and how
+    OpenMP's idle threads wait (spinning threads fight any other job on a small box)."""
+    t = cfg.get("trainer", {})
+    default = torch.get_num_threads()  # torch's default here: one per core, unless OMP_NUM_THREADS says otherwise
+    loop = _threads(cfg) or default
+    source = "trainer.threads" if _threads(cfg) else "torch's default"
+    parts = []
+    ws = t.get("warm_start") or {}
+    if ws.get("enabled") and not ws.get("checkpoint"):
+        parts.append(f"warm start {default} (torch's default, {os.cpu_count()} cores)")
+    parts.append(f"trainer {loop} ({source})")
+    policy = os.environ.get("OMP_WAIT_POLICY", "")
+    parts.append(f"OMP_WAIT_POLICY={policy.lower() or 'unset (spin, then sleep)'}")
+    return ", ".join(parts)
 
 
 def autocast(device: torch.device) -> contextlib.AbstractContextManager:

@@ -67,6 +67,7 @@ class Plan:
 
     def describe(self, tracking_uri: str | None = None) -> str:
         """A human-readable plan of the run."""
+        from agentrl.devices import describe_threads  # torch loads only once a plan is built
         cfg = self.cfg
         splits = ", ".join(f"{k}={v}" for k, v in self.bundle.splits().items())
         lines = [
@@ -80,6 +81,7 @@ class Plan:
             f"trainer    {self.choices.get('trainer')}: {self.trainer_cls.__module__}.{self.trainer_cls.__name__}",
             f"model      {self.choices.get('model')}: {cfg.model.path}",
             f"inference  {self.choices.get('inference')}: {cfg.inference._target_}",
+            f"threads    {describe_threads(cfg)}",
             f"outputs    {self.run_dir}",
         ]
         if tracking_uri:
