@@ -2,11 +2,17 @@
 
     python benchmarks/bench_threads.py --warm-start PATH     # an SFT folder to start GRPO from (else made: ~5 min)
     python benchmarks/bench_threads.py --rounds 2 --grpo-steps 25 --sft-steps 200
+    python benchmarks/bench_threads.py --contended --warm-start PATH   # slowdown beside one busy process
 
 Runs `python -m agentrl` as a user would, alternating the two settings (`trainer.threads=0`, torch's default,
 and `trainer.threads=1`) so that both see the same machine load, and reads each run's step times back from its
 own MLflow store: the GRPO step's mean (step 1 left out: warm-up) split into generate and train, and the SFT
 run's seconds for its steps (from its progress bar). Prints the mean of each setting and the ratio.
+
+`--contended` measures each thread setting alone and beside one competing busy process (a Python loop that
+never sleeps, as another job on a shared box), alternated, and prints the slowdown (beside / alone) of the SFT
+warm start and of the GRPO step for: one thread, torch's default (one per core), and torch's default with
+`OMP_WAIT_POLICY=PASSIVE` (threads waiting at a barrier sleep instead of spinning).
 """
 
 from __future__ import annotations
@@ -24,9 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def agentrl(home: Path, args: list[str]) -> str:
+def agentrl(home: Path, args: list[str], extra_env: dict[str, str] | None = None) -> str:
     proc = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, capture_output=True, text=True,
-                          env={**_environ(), "AGENTRL_HOME": str(home)}, timeout=3600)
+                          env={**_environ(), "AGENTRL_HOME": str(home), **(extra_env or {})}, timeout=3600)
     if proc.returncode != 0:
         sys.exit(f"agentrl {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
     return proc.stdout + proc.stderr
@@ -36,7 +42,16 @@ def _environ() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("OMP_NUM_THREADS", None)  # the setting under test decides
+    env.pop("OMP_WAIT_POLICY", None)
     return env
+
+
+# name -> (trainer.threads, extra environment) of each setting `--contended` compares
+CONTENDED_SETTINGS = {
+    "1 thread": (1, {}),
+    "default": (0, {"OMP_WAIT_POLICY": "ACTIVE"}),
+    "default, passive": (0, {"OMP_WAIT_POLICY": "PASSIVE"}),
+}
 
 
 def grpo_step_times(home: Path) -> dict[str, float]:
@@ -58,18 +73,57 @@ def sft_seconds(log: str, steps: int) -> float:
     return 60 * int(minutes) + int(seconds)
 
 
+def contended(root: Path, warm: str, rounds: int, grpo_steps: int, sft_steps: int) -> None:
+    """Each setting alone and beside one busy process: SFT seconds and GRPO step seconds, and the slowdowns."""
+    results: dict[tuple[str, bool], dict[str, list[float]]] = {}
+    for r in range(rounds):
+        for busy in (False, True):
+            competitor = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+            try:
+                for name, (threads, extra) in CONTENDED_SETTINGS.items():
+                    tag = f"{r}-{int(busy)}-{threads}-{extra.get('OMP_WAIT_POLICY', '').lower()}"
+                    home = root / f"grpo-{tag}"
+                    agentrl(home, ["+recipe=gridsim_grpo", f"trainer.threads={threads}",
+                                   f"trainer.steps={grpo_steps}", "trainer.eval_every=0", "trainer.eval_limit=8",
+                                   "trainer.checkpoint_every=0", f"trainer.warm_start.checkpoint={warm}"], extra)
+                    log = agentrl(root / f"sft-{tag}", [
+                        "+recipe=gridsim_sft", f"trainer.threads={threads}", f"trainer.steps={sft_steps}",
+                        "trainer.eval_every=0", "trainer.eval_limit=8", "trainer.augment=0"], extra)
+                    got = results.setdefault((name, busy), {"grpo": [], "sft": []})
+                    got["grpo"].append(grpo_step_times(home)["step"])
+                    got["sft"].append(sft_seconds(log, sft_steps))
+                    print(f"round {r + 1}, {'beside a busy process' if busy else 'alone'}, {name}: GRPO step "
+                          f"{got['grpo'][-1]:.2f} s, SFT {got['sft'][-1]:.0f} s (load {os.getloadavg()[0]:.1f})",
+                          flush=True)
+            finally:
+                if competitor is not None:
+                    competitor.kill()
+                    competitor.wait()
+    print(f"\n| setting | SFT {sft_steps} steps alone | beside one busy process | slowdown | GRPO step alone | "
+          "beside | slowdown |\n|---|---|---|---|---|---|---|")
+    for name in CONTENDED_SETTINGS:
+        alone, busy = results[(name, False)], results[(name, True)]
+        s0, s1 = statistics.fmean(alone["sft"]), statistics.fmean(busy["sft"])
+        g0, g1 = statistics.fmean(alone["grpo"]), statistics.fmean(busy["grpo"])
+        print(f"| {name} | {s0:.0f} s | {s1:.0f} s | {s1 / s0:.2f}x | {g0:.2f} s | {g1:.2f} s | {g1 / g0:.2f}x |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--warm-start", help="SFT folder GRPO starts from (default: the recipe's, made once)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--grpo-steps", type=int, default=25)
     ap.add_argument("--sft-steps", type=int, default=200)
+    ap.add_argument("--contended", action="store_true", help="slowdown beside one busy process (see above)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="agentrl-bench-threads-"))
     warm = args.warm_start
     if warm is None:  # one warm start for every GRPO run: made by the recipe, found by its settings hash
         agentrl(root / "warm", ["+recipe=gridsim_grpo", "trainer.steps=0", "trainer.eval_limit=4"])
         warm = str(next((root / "warm").rglob("checkpoints/sft/*/config.json")).parent)
+    if args.contended:
+        contended(root, warm, args.rounds, args.grpo_steps, args.sft_steps)
+        return
     grpo: dict[int, list[dict[str, float]]] = {0: [], 1: []}
     sft: dict[int, list[float]] = {0: [], 1: []}
     for r in range(args.rounds):

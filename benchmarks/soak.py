@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
+from agentrl.testing.processes import wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
 FAULTS_VAR = "AGENTRL_SOAK_FAULTS"
@@ -139,23 +140,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_health(proc: subprocess.Popen, url: str, log: Path, timeout: float) -> None:
-    """Return once `GET {url}/health` answers 200; raise with the log's tail if the process exits or time runs out."""
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: server exited with {proc.returncode}: {log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2, trust_env=False).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"{url} never became healthy in {timeout:.0f} s: {log.read_text()[-3000:]}")
-
-
 class Server:
     """A server run as a subprocess on a fixed port, its output in a log file; kill -9 and restart keep the port."""
 
@@ -170,7 +154,7 @@ class Server:
         with open(self.log, "a") as out:
             self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                                          env={**os.environ, **(self.env or {})})
-        wait_health(self.proc, self.url, self.log, timeout)
+        wait_healthy(self.proc, self.url, timeout, log=self.log, poll=0.05)
         return time.monotonic() - t0
 
     def kill(self) -> None:

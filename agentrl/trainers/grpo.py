@@ -241,7 +241,7 @@ class GRPOTrainer:
                         "perf/generate_tokens_per_s": metrics["rollout/model_tokens"] / max(t1 - t0, 1e-9),
                         "perf/train_tokens_per_s": metrics.get("train/tokens", 0.0) / max(t2 - t1, 1e-9)})
         self.history["train/reward"].append((step, metrics["train/reward"]))
-        metrics.update(self.plan.bundle.metrics() if hasattr(self.plan.bundle, "metrics") else {})  # env/level
+        metrics.update(self.plan.bundle.metrics())  # the bundle's own state, e.g. env/level
         return metrics
 
     def _evaluate(self, step: int, *, greedy: bool = False) -> dict[str, float]:
@@ -305,8 +305,7 @@ class GRPOTrainer:
         folder = Path(self.plan.run_dir) / "final_model"
         self.learner.model.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
-        if hasattr(self.tracker, "log_model"):
-            self.tracker.log_model(folder)
+        self.tracker.log_model(folder)
 
     def _plot(self) -> None:
         try:

@@ -1,7 +1,8 @@
-"""`env=openenv` against real openenv-core 0.3.0 servers hosting envs defined here (not our server).
+"""`env=openenv` against real openenv-core 0.3.0 servers (openenv-core's own app, not our server).
 
-Two remote envs: `GuessEnv`, an openenv-core `MCPEnvironment` with one FastMCP tool (find a secret number:
-a multi-step episode, reward 1 when found), and `CounterEnv`, a typed-action env (`CountAction`) whose step
+Two remote envs: `GuessEnv`, the documented example (`agentrl.envs.openenv_remote.example`: an openenv-core
+`MCPEnvironment` with one FastMCP tool, find a hidden number: a multi-step episode, reward 1 when found), and
+`CounterEnv`, defined here, a typed-action env (`CountAction`) whose step
 raises on a negative increment (a remote failure). Our agent plays them through our env server serving the
 `openenv` bundle, with the scripted chat endpoint as the model.
 """
@@ -25,52 +26,10 @@ from openenv.core.env_server.types import Action, Observation, State
 
 from agentrl.agents.tool_calling import run
 from agentrl.envs.bundles import load_bundle
+from agentrl.envs.openenv_remote.example import GuessEnv
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.rows import write_rows
 from agentrl.testing import Reply, ScriptedChat, tool_call
-
-
-class Prompt(Observation):
-    message: str = ""
-
-
-class GuessEnv(MCPEnvironment):
-    """Find the secret number (seed % 8 + 1) with the `guess` tool: 'higher', 'lower' or 'correct'."""
-
-    SUPPORTS_CONCURRENT_SESSIONS = True
-
-    def __init__(self) -> None:
-        mcp = FastMCP("guess")
-        self.secret, self.won, self.steps = 1, False, 0
-
-        @mcp.tool
-        def guess(number: int) -> str:
-            """Guess the secret number (1..8)."""
-            if number == self.secret:
-                self.won = True
-                return "correct"
-            return "higher" if number < self.secret else "lower"
-
-        super().__init__(mcp)
-
-    def reset(self, seed: int | None = None, episode_id: str | None = None, **kw: Any) -> Prompt:
-        self.secret, self.won, self.steps = (seed or 0) % 8 + 1, False, 0
-        return Prompt(message="Find the secret number between 1 and 8.")
-
-    def _step_impl(self, action: Action, timeout_s: float | None = None, **kw: Any) -> Observation:
-        raise ValueError("this env only takes tool calls")
-
-    async def step_async(self, action: Action, timeout_s: float | None = None, **kw: Any) -> Observation:
-        obs = await super().step_async(action, timeout_s=timeout_s, **kw)
-        if isinstance(action, CallToolAction):
-            self.steps += 1
-            if self.won or self.steps >= 6:
-                obs.done, obs.reward = True, 1.0 if self.won else 0.0
-        return obs
-
-    @property
-    def state(self) -> State:
-        return State(step_count=self.steps)
 
 
 class NoToolsEnv(GuessEnv):
@@ -157,14 +116,14 @@ async def test_mcp_tools_are_discovered_and_a_multi_step_episode_earns_the_envs_
     assert bundle.mode == "tools" and [t["function"]["name"] for t in bundle.tools] == ["guess"]
     assert bundle.tools[0]["function"]["parameters"]["properties"] == {"number": {"type": "integer"}}
     assert bundle.splits() == {"train": 4, "eval": 2}
-    # eval task 0 resets with seed 4 (the train seeds are 0..3): the secret is 5.
+    # eval task 0 resets with seed 4 (the train seeds are 0..3): the hidden number is 5.
     script = [Reply(tool_calls=[tool_call("guess", {"number": n})]) for n in (3, 7, 5)]
     out, chat = await play(bundle, script)
     assert out["reward"] == 1.0 and "agentenv_failure" not in out
     assert out["agentenv_tool_calls"] == 3 and out["agentenv_scores"] == {"reward": 1.0}
     first = chat.requests[0]
     assert {t["function"]["name"] for t in first["tools"]} == {"guess", "end_turn"}
-    assert "Find the secret number between 1 and 8." in first["messages"][1]["content"]
+    assert "Find the hidden number between 1 and 8" in first["messages"][1]["content"]
     answers = [m["content"] for m in chat.requests[-1]["messages"] if m["role"] == "tool"]
     assert answers == ["higher", "lower"]
 

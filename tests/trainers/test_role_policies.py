@@ -46,6 +46,9 @@ class _Tracker:
     def log_artifact(self, path: Any, folder: str) -> None:
         pass
 
+    def log_model(self, model_dir: Any, name: str = "model") -> None:
+        pass
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
