@@ -1,0 +1,129 @@
+"""Issue 19's learning results for the reasoning-gym and TextArena routes, one command each (results in
+benchmarks/RESULTS.md, "Environments (issue 19)", and docs/environments.md, "Measured").
+
+    python benchmarks/environments.py reasoning_gym --home H --seeds 0 1 2   # GRPO gain over the warm start
+    python benchmarks/environments.py textarena --home H --seeds 0           # self-play vs a scripted random player
+
+Each seed is the real CLI (`python -m agentrl +recipe=<recipe> seed=S`) in a subprocess, which makes its SFT warm
+start and trains; then this script evaluates the warm start and the final model with the trainer's own evaluator
+on the same eval tasks with the same sampling seeds (`seed_parts`), at the recipe's temperature, and prints the
+paired per-task difference (after - start) ± its standard error. Extra Hydra overrides go after `--`, e.g.
+`... reasoning_gym --home H --seeds 0 -- trainer.steps=10 env.eval_size=50` for a quick look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning import compose, plan_for  # noqa: E402 - the sibling benchmark's helpers
+
+RECIPES = {"reasoning_gym": "reasoning_gym_grpo", "textarena": "textarena_self_play"}
+
+
+def mean_se(xs: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error of the mean (0 for fewer than two values)."""
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, 0.0
+    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+
+
+def cli(home: Path, args: Sequence[str], log: Path, threads: int = 1) -> float:
+    """Run `python -m agentrl ARGS` with this benchmark's home and MLflow store; returns its wall seconds."""
+    env = dict(os.environ, AGENTRL_HOME=str(home), MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
+               OMP_NUM_THREADS=str(threads))
+    started = time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.run([sys.executable, "-m", "agentrl", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode:
+        raise SystemExit(f"agentrl {' '.join(args)} failed ({proc.returncode}); see {log}")
+    return time.monotonic() - started
+
+
+def scores(cfg, plan, model_path: str, seed: int) -> tuple[dict[str, float], dict[int, float]]:
+    """The trainer's eval of `model_path` on every eval task at the recipe's temperature, sampling seeds fixed
+    by (seed, "env-bench"): metrics and the score per eval task index."""
+    from agentrl.trainers.evaluate import evaluate
+    from agentrl.trainers.services import start_services
+
+    svc = start_services(cfg, plan, model_path)
+    try:
+        metrics, played = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=None,
+                                   temperature=float(cfg.trainer.temperature), seed_parts=(seed, "env-bench"))
+    finally:
+        svc.close()
+    return metrics, {int(p.row["metadata"]["index"]): float(p.reward) for p in played}
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> None:
+    recipe = RECIPES[args.route]
+    home = Path(args.home).absolute()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["AGENTRL_HOME"] = str(home)
+    from agentrl.trainers.warm_start import warm_start_path
+
+    rows, pooled = [], []
+    for seed in args.seeds:
+        run_dir = home / f"{args.route}{args.tag}" / f"seed-{seed}"
+        overrides = [f"+recipe={recipe}", f"seed={seed}", *extra]
+        if not (run_dir / "final_model" / "config.json").is_file():  # trained once; later calls only evaluate
+            wall = cli(home, [*overrides, f"hydra.run.dir={run_dir}"], home / f"{args.route}{args.tag}-seed-{seed}.log",
+                       args.threads)
+            (run_dir / "wall_s.txt").write_text(f"{wall:.1f}\n")
+        wall = float((run_dir / "wall_s.txt").read_text()) if (run_dir / "wall_s.txt").is_file() else float("nan")
+        cfg = compose(overrides)
+        plan = plan_for(cfg, home / "run-eval")
+        start = warm_start_path(cfg, plan)  # the run's own warm start (made by the run, reused here)
+        m0, before = scores(cfg, plan, start, seed)
+        m1, after = scores(cfg, plan, str(run_dir / "final_model"), seed)
+        common = sorted(set(before) & set(after))
+        diffs = [after[i] - before[i] for i in common]
+        d, se = mean_se(diffs)
+        pooled.append(diffs)
+        extra_cols = ""
+        if args.route == "textarena":
+            extra_cols = (f" | {m0.get('eval/reward_seat0', float('nan')):.3f} -> "
+                          f"{m1.get('eval/reward_seat0', float('nan')):.3f} | "
+                          f"{m0.get('eval/reward_seat1', float('nan')):.3f} -> "
+                          f"{m1.get('eval/reward_seat1', float('nan')):.3f}")
+        rows.append(f"| {seed} | {m0['eval/reward']:.3f} ± {m0['eval/reward_stderr']:.3f} | "
+                    f"{m1['eval/reward']:.3f} ± {m1['eval/reward_stderr']:.3f} | {d:+.3f} ± {se:.3f} "
+                    f"({d / se if se else float('nan'):.1f} se){extra_cols} | {len(common)} | {wall / 60:.1f} |")
+        print(rows[-1], flush=True)
+    temp = float(compose([f"+recipe={recipe}", *extra]).trainer.temperature)
+    print(f"\n## {recipe}: warm start vs after GRPO, paired per eval task, sampled at T={temp}\n")
+    seats = " | seat 0 start -> after | seat 1 start -> after" if args.route == "textarena" else ""
+    print(f"| seed | start ± se | after ± se | paired diff ± se{seats} | tasks | run wall min |")
+    print("|---" * (8 if seats else 6) + "|")
+    print("\n".join(rows))
+    if len(pooled) > 1:
+        n = min(len(p) for p in pooled)
+        avg = [sum(p[i] for p in pooled) / len(pooled) for i in range(n)]
+        d, se = mean_se(avg)
+        print(f"\nmean over {len(pooled)} seeds, paired per task: {d:+.4f} ± {se:.4f} "
+              f"({d / se if se else float('nan'):.1f} se): {'PASS' if d > 2 * se else 'FAIL'} (> 2 se)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("route", choices=sorted(RECIPES))
+    ap.add_argument("--home", required=True, help="output root (runs, warm starts, MLflow store)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tag", default="", help="suffix for the run folders (several settings in one home)")
+    args, extra = ap.parse_known_args()
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    run(args, extra)
+
+
+if __name__ == "__main__":
+    main()
