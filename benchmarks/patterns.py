@@ -194,11 +194,12 @@ def cmd_pattern(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
               "steps": int(cfg.trainer.steps), "train_s": seconds, "paired_diff": diff, "paired_se": se,
               "multi_agent_end": {k: v for k, v in end.items() if k.startswith(("multi_agent/", "loss_mask/"))},
               "by_role_before_after": by_role, "health": trainer.health.summary(), "eval_tasks": len(b),
-              "eval_ended_early_before_after": early}
+              "eval_ended_early_before_after": early, "model_tokens": tokens_used(tracker),
+              "start_rewards": b, "after_rewards": a}
     print(f"| {result['pattern']} | {result['task']} | {result['start']} | {result['after']} (N={result['steps']}) "
           f"| {seconds / 60:.1f} min | {ma} |")
     print(f"paired after - start: {diff:+.3f} ± {se:.3f} (se) over {len(b)} eval tasks; by role {by_role}; "
-          f"eval plays ended early {early[0]:.2f} -> {early[1]:.2f}")
+          f"eval plays ended early {early[0]:.2f} -> {early[1]:.2f}; {tokens_used(tracker):.0f} model tokens in training")
     print(result["health"])
     return result
 
