@@ -48,16 +48,18 @@ def cli(home: Path, args: Sequence[str], log: Path, threads: int = 1) -> float:
     return time.monotonic() - started
 
 
-def scores(cfg, plan, model_path: str, seed: int) -> tuple[dict[str, float], dict[int, float]]:
-    """The trainer's eval of `model_path` on every eval task at the recipe's temperature, sampling seeds fixed
-    by (seed, "env-bench"): metrics and the score per eval task index."""
+def scores(cfg, plan, model_path: str, seed: int, temperature: float | None = None
+           ) -> tuple[dict[str, float], dict[int, float]]:
+    """The trainer's eval of `model_path` on every eval task at the recipe's temperature (or `temperature`; 0:
+    greedy), sampling seeds fixed by (seed, "env-bench"): metrics and the score per eval task index."""
     from agentrl.trainers.evaluate import evaluate
     from agentrl.trainers.services import start_services
 
     svc = start_services(cfg, plan, model_path)
     try:
         metrics, played = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=None,
-                                   temperature=float(cfg.trainer.temperature), seed_parts=(seed, "env-bench"))
+                                   temperature=float(cfg.trainer.temperature if temperature is None else temperature),
+                                   seed_parts=(seed, "env-bench"), quiet=True)
     finally:
         svc.close()
     return metrics, {int(p.row["metadata"]["index"]): float(p.reward) for p in played}
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     os.environ["AGENTRL_HOME"] = str(home)
     from agentrl.trainers.warm_start import warm_start_path
 
-    rows, pooled = [], []
+    rows, pooled, greedy = [], [], []
     for seed in args.seeds:
         run_dir = home / f"{args.route}{args.tag}" / f"seed-{seed}"
         overrides = [f"+recipe={recipe}", f"seed={seed}", *extra]
@@ -98,12 +100,23 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
                     f"{m1['eval/reward']:.3f} ± {m1['eval/reward_stderr']:.3f} | {d:+.3f} ± {se:.3f} "
                     f"({d / se if se else float('nan'):.1f} se){extra_cols} | {len(common)} | {wall / 60:.1f} |")
         print(rows[-1], flush=True)
+        if args.route == "textarena":  # greedy-decoded too: the scripted opponent's moves still vary by match seed
+            g0, gb = scores(cfg, plan, start, seed, 0.0)
+            g1, ga = scores(cfg, plan, str(run_dir / "final_model"), seed, 0.0)
+            gd, gse = mean_se([ga[i] - gb[i] for i in sorted(set(ga) & set(gb))])
+            greedy.append(f"| {seed} | {g0['eval/reward']:.3f} ± {g0['eval/reward_stderr']:.3f} | "
+                          f"{g1['eval/reward']:.3f} ± {g1['eval/reward_stderr']:.3f} | {gd:+.3f} ± {gse:.3f} |")
+            print(greedy[-1], flush=True)
     temp = float(compose([f"+recipe={recipe}", *extra]).trainer.temperature)
     print(f"\n## {recipe}: warm start vs after GRPO, paired per eval task, sampled at T={temp}\n")
     seats = " | seat 0 start -> after | seat 1 start -> after" if args.route == "textarena" else ""
     print(f"| seed | start ± se | after ± se | paired diff ± se{seats} | tasks | run wall min |")
     print("|---" * (8 if seats else 6) + "|")
     print("\n".join(rows))
+    if greedy:
+        print("\ngreedy-decoded (T=0), paired per match:\n\n| seed | start ± se | after ± se | paired diff ± se |")
+        print("|---|---|---|---|")
+        print("\n".join(greedy))
     if len(pooled) > 1:
         n = min(len(p) for p in pooled)
         avg = [sum(p[i] for p in pooled) / len(pooled) for i in range(n)]
