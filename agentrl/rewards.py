@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentrl.agents.record import Failure, Play, Rollout
+from agentrl.agents.record import MODEL_FAILURES, Failure, Play, Rollout
 
 
 class RewardError(ValueError):
@@ -128,10 +128,14 @@ def drop_reason(rewards: Sequence[float | None], failed: Sequence[bool], *, drop
     return None
 
 
-def group_drop_reason(group: Sequence[Rollout], *, drop_no_signal: bool = True) -> str | None:
-    """`drop_reason` for a group of the built-in trainer's rollouts."""
-    return drop_reason([r.reward for r in group], [r.failure is not None for r in group],
-                       drop_no_signal=drop_no_signal)
+def group_drop_reason(group: Sequence[Rollout], *, drop_no_signal: bool = True,
+                      penalize_model_failures: bool = False) -> str | None:
+    """`drop_reason` for a group of the built-in trainer's rollouts. With `penalize_model_failures`, a rollout
+    flagged for the policy's own doing (`MODEL_FAILURES`: truncated, over budget, out of turns) stays in its
+    group at reward 0 instead of dropping it; failures of the env, the sandbox or the engine still drop it."""
+    return drop_reason([r.reward for r in group],
+                       [r.failure is not None and not (penalize_model_failures and r.failure in MODEL_FAILURES)
+                        for r in group], drop_no_signal=drop_no_signal)
 
 
 class AllGroupsFailing(RuntimeError):

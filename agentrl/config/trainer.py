@@ -138,6 +138,9 @@ class GRPOTrainerConfig(TrainerConfig):
     weight_decay: float = 0.0
     max_extra_rows: int = 16  # rows drawn beyond prompts_per_step per step to replace filtered groups
     drop_no_signal: bool = True  # drop groups whose rewards are all equal (zero advantage)
+    # A rollout truncated, over budget or out of turns (the policy's own doing): drop its group, or penalize:
+    # keep it in the group at reward 0 (docs/training.md "Failed rollouts"). Env and engine failures always drop.
+    model_failures: str = "drop"  # drop | penalize
     max_drops_in_a_row: int = 200  # stop the run after more groups in a row were dropped as failed
     checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id>
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device (SGLang: cuda when there)
@@ -146,6 +149,8 @@ class GRPOTrainerConfig(TrainerConfig):
 
     def __post_init__(self) -> None:
         check_algorithm(self)
+        if self.model_failures not in ("drop", "penalize"):
+            raise ValueError(f"trainer.model_failures must be drop or penalize, got {self.model_failures!r}")
         if int(self.norm_tokens) < 1:
             raise ValueError(f"trainer.norm_tokens must be >= 1 (dr_grpo's constant normalizer), got {self.norm_tokens}")
         if _is_set(self.overlong_buffer):

@@ -200,7 +200,8 @@ class GRPOTrainer:
 
     def _drop(self, group: list[Rollout]) -> str | None:
         """The group filter, and the failure streak that stops a run whose rollouts all fail."""
-        reason = group_drop_reason(group, drop_no_signal=bool(self.t.drop_no_signal))
+        reason = group_drop_reason(group, drop_no_signal=bool(self.t.drop_no_signal),
+                                   penalize_model_failures=self.t.model_failures == "penalize")
         self.streak.record(reason, failure_cause(group) if reason == FAILED else "")
         return reason
 

@@ -140,6 +140,27 @@ def test_filtered_groups_are_replaced_by_new_rows() -> None:
     assert drawn2 == 3 and len(kept2) == sum(i in (1, 4, 5) for i in order[:3])
 
 
+def test_model_failures_penalized_stay_in_their_group() -> None:
+    from agentrl.config.trainer import GRPOTrainerConfig
+    from agentrl.rewards import FAILED, NO_SIGNAL, group_drop_reason
+
+    def group(*members: tuple[float, str | None]) -> list:
+        return [r for reward, failure in members for r in _group(0, [reward], failure)]
+
+    truncated = group((1.0, None), (0.0, "truncated"), (0.5, None))
+    assert group_drop_reason(truncated) == FAILED  # the default: drop
+    assert group_drop_reason(truncated, penalize_model_failures=True) is None  # kept: the 0 is a bad answer
+    for failure in ("over_budget", "max_turns"):
+        assert group_drop_reason(group((1.0, None), (0.0, failure)), penalize_model_failures=True) is None
+    # The env's, the sandbox's or the engine's failures say nothing about the policy: dropped either way.
+    for failure in ("env_error", "env_gone", "model_error", "tool_timeout", "no_model_turn"):
+        assert group_drop_reason(group((1.0, None), (0.0, failure)), penalize_model_failures=True) == FAILED
+    # Every member truncated: all rewards 0, nothing to learn from.
+    assert group_drop_reason(group((0.0, "truncated"), (0.0, "truncated")), penalize_model_failures=True) == NO_SIGNAL
+    with pytest.raises(ValueError, match="trainer.model_failures must be drop or penalize"):
+        GRPOTrainerConfig(model_failures="ignore")
+
+
 @pytest.mark.slow
 def test_arith_co_evolution_recipe_trains_and_logs_multi_agent_metrics(tmp_path: Path) -> None:
     home = tmp_path / "home"
