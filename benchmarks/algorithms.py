@@ -78,6 +78,9 @@ def beat(args: argparse.Namespace, extra: list[str]) -> None:
         run_dir = home / f"beat{args.tag}" / f"seed-{seed}"
         # The run's own evals may be cut (--cli-eval-limit): the table below comes from this script's evals.
         own = [f"trainer.eval_limit={args.cli_eval_limit}"] if args.cli_eval_limit else []
+        if args.reuse and (run_dir / "final_model" / "config.json").is_file():
+            print(f"seed {seed}: reusing {run_dir / 'final_model'}", flush=True)
+            return seed, float("nan"), run_dir / "final_model"
         wall = cli(home, [f"+recipe={RECIPE}", f"seed={seed}", f"trainer.warm_start.checkpoint={start}",
                           f"hydra.run.dir={run_dir}", *extra, *own], home / f"beat{args.tag}-seed-{seed}.log")
         return seed, wall, run_dir / "final_model"
@@ -168,6 +171,8 @@ def main() -> None:
     ap.add_argument("--cli-eval-limit", type=int, default=None,
                     help="beat: eval days of the GRPO runs' own evals (default: the recipe's; the benchmark's "
                          "paired table always plays the recipe's eval days)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="beat: a seed whose run folder already holds final_model is evaluated, not trained again")
     ap.add_argument("--tag", default="", help="suffix for the run folders (several measurements in one home)")
     args = ap.parse_args(argv)
     print(f"# algorithms benchmark {time.strftime('%Y-%m-%d %H:%M')} load {os.getloadavg()[0]:.1f} "
