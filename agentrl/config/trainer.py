@@ -139,7 +139,7 @@ class GRPOTrainerConfig(TrainerConfig):
     max_extra_rows: int = 16  # rows drawn beyond prompts_per_step per step to replace filtered groups
     drop_no_signal: bool = True  # drop groups whose rewards are all equal (zero advantage)
     # A rollout truncated, over budget or out of turns (the policy's own doing): drop its group, or penalize:
-    # keep it in the group at reward 0 (docs/training.md "Failed rollouts"). Env and engine failures always drop.
+    # keep it in the group at reward 0 (docs/training.md, "Failed rollouts"). Env and engine failures always drop.
     model_failures: str = "drop"  # drop | penalize
     max_drops_in_a_row: int = 200  # stop the run after more groups in a row were dropped as failed
     checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id>
