@@ -179,7 +179,8 @@ def cmd_pattern(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
 
     cfg, plan = setup(args, extra, f"pattern-{args.agent or args.recipe}")
     start = warm_start_path(cfg, plan)
-    trainer, tracker, seconds, final = train(cfg, plan)
+    # --token-budget: train until the rollouts generated that many model tokens (another run's, equal compute)
+    trainer, tracker, seconds, final = train(cfg, plan, token_budget=args.token_budget or None)
     before = play_eval(cfg, plan, start, args.eval_limit, "bench")
     after = play_eval(cfg, plan, final, args.eval_limit, "bench")
     b, a = outcome_rewards(before), outcome_rewards(after)
@@ -191,7 +192,7 @@ def cmd_pattern(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
                for role in roles}
     early = (ended_early(before), ended_early(after))
     result = {"pattern": type(plan.agent).__name__, "task": cfg.env.bundle, "start": mean_se(b), "after": mean_se(a),
-              "steps": int(cfg.trainer.steps), "train_s": seconds, "paired_diff": diff, "paired_se": se,
+              "steps": max([s for s in tracker.steps if s > 0], default=0), "train_s": seconds, "paired_diff": diff, "paired_se": se,
               "multi_agent_end": {k: v for k, v in end.items() if k.startswith(("multi_agent/", "loss_mask/"))},
               "by_role_before_after": by_role, "health": trainer.health.summary(), "eval_tasks": len(b),
               "eval_ended_early_before_after": early, "model_tokens": tokens_used(tracker),
@@ -308,6 +309,8 @@ def main() -> None:
     ap.add_argument("--single-recipe", default="gridsim_grpo", help="compare: the single agent's recipe")
     ap.add_argument("--co-final", default=None, help="compare: a trained co-evolution model (skip its training)")
     ap.add_argument("--co-seconds", type=float, default=0.0, help="compare: its train seconds (equal wall time)")
+    ap.add_argument("--token-budget", type=float, default=0.0,
+                    help="pattern: train until this many model tokens were generated instead of --steps")
     ap.add_argument("--fit-eval-limit", type=int, default=20, help="tasks of the run's own evals (its curve)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
