@@ -10,9 +10,9 @@ own MLflow store: the GRPO step's mean (step 1 left out: warm-up) split into gen
 run's seconds for its steps (from its progress bar). Prints the mean of each setting and the ratio.
 
 `--contended` measures each thread setting alone and beside one competing busy process (a Python loop that
-never sleeps, as another job on a shared box), alternated, and prints the slowdown (beside / alone) of the SFT
-warm start and of the GRPO step for: one thread, torch's default (one per core), and torch's default with
-`OMP_WAIT_POLICY=PASSIVE` (threads waiting at a barrier sleep instead of spinning).
+never sleeps, as another job on a shared box) and prints the slowdown (beside / alone) of the SFT warm start and
+of the GRPO step for: one thread, and torch's default (one per core) with OpenMP's wait policy unset, ACTIVE
+(threads waiting at a barrier spin) and PASSIVE (they sleep).
 """
 
 from __future__ import annotations
@@ -49,8 +49,11 @@ def _environ() -> dict[str, str]:
 # name -> (trainer.threads, extra environment) of each setting `--contended` compares
 CONTENDED_SETTINGS = {
     "1 thread": (1, {}),
-    "default": (0, {"OMP_WAIT_POLICY": "ACTIVE"}),
-    "default, passive": (0, {"OMP_WAIT_POLICY": "PASSIVE"}),
+    # libgomp's own default (spin a while at each barrier, then sleep): set but empty, so that agentrl's import
+    # does not make it PASSIVE (agentrl/__init__.py), and libgomp ignores the empty value
+    "default": (0, {"OMP_WAIT_POLICY": ""}),
+    "default, active": (0, {"OMP_WAIT_POLICY": "ACTIVE"}),  # spins until the other threads arrive
+    "default, passive": (0, {"OMP_WAIT_POLICY": "PASSIVE"}),  # sleeps at once
 }
 
 
@@ -73,15 +76,17 @@ def sft_seconds(log: str, steps: int) -> float:
     return 60 * int(minutes) + int(seconds)
 
 
-def contended(root: Path, warm: str, rounds: int, grpo_steps: int, sft_steps: int) -> None:
+def contended(root: Path, warm: str, rounds: int, grpo_steps: int, sft_steps: int,
+              names: list[str] | None = None) -> None:
     """Each setting alone and beside one busy process: SFT seconds and GRPO step seconds, and the slowdowns."""
+    settings = {n: CONTENDED_SETTINGS[n] for n in (names or CONTENDED_SETTINGS)}
     results: dict[tuple[str, bool], dict[str, list[float]]] = {}
     for r in range(rounds):
         for busy in (False, True):
             competitor = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
             try:
-                for name, (threads, extra) in CONTENDED_SETTINGS.items():
-                    tag = f"{r}-{int(busy)}-{threads}-{extra.get('OMP_WAIT_POLICY', '').lower()}"
+                for name, (threads, extra) in settings.items():
+                    tag = f"{r}-{int(busy)}-{threads}-{extra.get('OMP_WAIT_POLICY', '').lower() or 'unset'}"
                     home = root / f"grpo-{tag}"
                     agentrl(home, ["+recipe=gridsim_grpo", f"trainer.threads={threads}",
                                    f"trainer.steps={grpo_steps}", "trainer.eval_every=0", "trainer.eval_limit=8",
@@ -101,7 +106,7 @@ def contended(root: Path, warm: str, rounds: int, grpo_steps: int, sft_steps: in
                     competitor.wait()
     print(f"\n| setting | SFT {sft_steps} steps alone | beside one busy process | slowdown | GRPO step alone | "
           "beside | slowdown |\n|---|---|---|---|---|---|---|")
-    for name in CONTENDED_SETTINGS:
+    for name in settings:
         alone, busy = results[(name, False)], results[(name, True)]
         s0, s1 = statistics.fmean(alone["sft"]), statistics.fmean(busy["sft"])
         g0, g1 = statistics.fmean(alone["grpo"]), statistics.fmean(busy["grpo"])
@@ -115,6 +120,8 @@ def main() -> None:
     ap.add_argument("--grpo-steps", type=int, default=25)
     ap.add_argument("--sft-steps", type=int, default=200)
     ap.add_argument("--contended", action="store_true", help="slowdown beside one busy process (see above)")
+    ap.add_argument("--settings", default=None,
+                    help=f"--contended: comma-separated names among {', '.join(CONTENDED_SETTINGS)} (default: all)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="agentrl-bench-threads-"))
     warm = args.warm_start
@@ -122,7 +129,8 @@ def main() -> None:
         agentrl(root / "warm", ["+recipe=gridsim_grpo", "trainer.steps=0", "trainer.eval_limit=4"])
         warm = str(next((root / "warm").rglob("checkpoints/sft/*/config.json")).parent)
     if args.contended:
-        contended(root, warm, args.rounds, args.grpo_steps, args.sft_steps)
+        contended(root, warm, args.rounds, args.grpo_steps, args.sft_steps,
+                  args.settings.split(",") if args.settings else None)
         return
     grpo: dict[int, list[dict[str, float]]] = {0: [], 1: []}
     sft: dict[int, list[float]] = {0: [], 1: []}
