@@ -47,12 +47,12 @@ class Failure(enum.StrEnum):
             return cls.ENV_ERROR
 
 
-
 # The policy's own doing, not the infrastructure's: a reply past max_response_tokens, a conversation past
 # max_context_tokens, a task left unfinished at max_turns. Dropping their groups (`trainer.model_failures=drop`)
 # hides them from the gradient, so nothing pushes against them and they can grow unchecked; `penalize` keeps
 # them in their group at reward 0, so they get a negative advantage like any other bad answer.
 MODEL_FAILURES = frozenset({Failure.TRUNCATED, Failure.OVER_BUDGET, Failure.MAX_TURNS})
+
 
 @dataclass
 class Rollout:
