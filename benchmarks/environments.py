@@ -14,38 +14,15 @@ paired per-task difference (after - start) ± its standard error. Extra Hydra ov
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import subprocess
 import sys
-import time
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning import compose, plan_for  # noqa: E402 - the sibling benchmark's helpers
+from algorithms import cli, mean_se  # noqa: E402 - the sibling benchmarks' helpers
+from learning import compose, plan_for  # noqa: E402
 
 RECIPES = {"reasoning_gym": "reasoning_gym_grpo", "textarena": "textarena_self_play"}
-
-
-def mean_se(xs: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard error of the mean (0 for fewer than two values)."""
-    m = sum(xs) / len(xs)
-    if len(xs) < 2:
-        return m, 0.0
-    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
-
-
-def cli(home: Path, args: Sequence[str], log: Path, threads: int = 1) -> float:
-    """Run `python -m agentrl ARGS` with this benchmark's home and MLflow store; returns its wall seconds."""
-    env = dict(os.environ, AGENTRL_HOME=str(home), MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
-               OMP_NUM_THREADS=str(threads))
-    started = time.monotonic()
-    with log.open("w") as out:
-        proc = subprocess.run([sys.executable, "-m", "agentrl", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
-    if proc.returncode:
-        raise SystemExit(f"agentrl {' '.join(args)} failed ({proc.returncode}); see {log}")
-    return time.monotonic() - started
 
 
 def scores(cfg, plan, model_path: str, seed: int, temperature: float | None = None
