@@ -43,12 +43,17 @@ class InvalidProblem(ValueError):
     """A proposed variant that cannot be verified."""
 
 
-def evaluate(expression: str) -> int:
-    """The exact integer value of an arithmetic expression; InvalidProblem for anything else."""
+def python_ops(expression: str) -> str:
+    """`expression` with written operators (×, ÷, −, ^, mod) as Python's."""
     text = expression.strip()
     for symbol, op in _SYMBOLS.items():
         text = text.replace(symbol, op)
-    text = re.sub(r"\bmod\b", "%", text)
+    return re.sub(r"\bmod\b", "%", text)
+
+
+def evaluate(expression: str) -> int:
+    """The exact integer value of an arithmetic expression; InvalidProblem for anything else."""
+    text = python_ops(expression)
     if not text or len(text) > 500:
         raise InvalidProblem("the expression is empty or too long")
     try:
@@ -99,7 +104,7 @@ def numbers_variant(task: str, label: str, rng: Any) -> tuple[str, str, int] | N
     """(variant task, its expression, its value): `task` with the numbers of the arithmetic expression it
     states changed, when that expression's value is `label` (so it is the question, not part of it) and a
     draw of new numbers keeps the value an integer; else None."""
-    found = [m for m in _WRITTEN.finditer(task)]
+    found = list(_WRITTEN.finditer(task))
     if not found:
         return None
     written = found[-1]
@@ -117,10 +122,7 @@ def numbers_variant(task: str, label: str, rng: Any) -> tuple[str, str, int] | N
             value = evaluate(text)
         except InvalidProblem:
             continue
-        expression = text
-        for symbol, op in _SYMBOLS.items():
-            expression = expression.replace(symbol, op)
-        return task[:written.start()] + text + task[written.end():], re.sub(r"\bmod\b", "%", expression), value
+        return task[:written.start()] + text + task[written.end():], python_ops(text), value
     return None
 
 
