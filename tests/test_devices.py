@@ -73,3 +73,30 @@ def test_threads_apply_only_when_set_and_a_negative_count_is_refused():
         torch.set_num_threads(before)
     with pytest.raises(DeviceError, match=r"trainer.threads=-2"):
         check_devices(cfg({"device": "cpu", "threads": -2}, {"device": "cpu"}))
+
+
+def test_the_plan_line_names_each_thread_choice(monkeypatch):
+    from agentrl.devices import describe_threads
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    cfg = OmegaConf.create({"trainer": {"threads": 1, "warm_start": {"enabled": True, "checkpoint": None}}})
+    line = describe_threads(cfg)
+    assert line.startswith(f"warm start {torch.get_num_threads()} (torch's default")
+    assert "trainer 1 (trainer.threads)" in line and line.endswith("OMP_WAIT_POLICY=passive")
+    # A reused warm start runs no SFT here: only the trainer's threads are named.
+    cfg.trainer.warm_start.checkpoint, cfg.trainer.threads = "/some/folder", 0
+    assert describe_threads(cfg).startswith(f"trainer {torch.get_num_threads()} (torch's default)")
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_importing_agentrl_makes_openmp_threads_sleep_unless_told_otherwise(given, seen):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given:
+        env["OMP_WAIT_POLICY"] = given
+    out = subprocess.run([sys.executable, "-c", "import agentrl, os; print(os.environ['OMP_WAIT_POLICY'])"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == seen
