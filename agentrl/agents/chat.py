@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,21 @@ class ChatReply:
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+def vary_seed(request_kwargs: dict[str, Any], what: str, k: int) -> dict[str, Any]:
+    """`request_kwargs` with the sampling `seed` derived for the `k`-th `what` (a "turn" of a conversation, a
+    "session" of a play); k=0 and requests without a seed are returned unchanged.
+
+    An engine re-seeds its generator with each request's seed (ours, SGLang), so a play that sent one seed on
+    every request would draw the same random numbers on every turn: a retried illegal move repeats, and two
+    sessions reading the same prompt are copies. The derived seeds stay a pure function of the play's seed.
+    """
+    seed = request_kwargs.get("seed")
+    if seed is None or k == 0:
+        return request_kwargs
+    digest = hashlib.sha256(f"{int(seed)}/{what}/{k}".encode()).digest()
+    return {**request_kwargs, "seed": int.from_bytes(digest[:4], "little") & 0x7FFFFFFF}
 
 
 def estimate_tokens(messages: list[dict[str, Any]]) -> int:
@@ -104,7 +120,7 @@ async def role_turn(client: httpx.AsyncClient, base_url: str, messages: list[dic
             record.flag(Failure.OVER_BUDGET, f"about {context} tokens + a reply exceed {max_context_tokens}")
             return None
     try:
-        reply = await chat(client, base_url, messages, request_kwargs=request_kwargs,
+        reply = await chat(client, base_url, messages, request_kwargs=vary_seed(request_kwargs, "turn", record.turns),
                            max_tokens=max_response_tokens, timeout=timeout)
     except ChatError as exc:
         record.flag(Failure(exc.failure), str(exc))

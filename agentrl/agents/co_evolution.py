@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from agentrl.agents.base import Role, SessionPool, agent_config, parse_roles, task_prompts, with_role
-from agentrl.agents.chat import role_turn
+from agentrl.agents.chat import role_turn, vary_seed
 from agentrl.agents.demos import (
     Demonstration,
     assistant,
@@ -70,15 +70,6 @@ def restated(answer: str, rewrites: list[Rollout]) -> int | None:
     """The index of the first rewrite whose answer `answer` restates, else None (an answer of its own)."""
     key = _key(answer)
     return next((i for i, r in enumerate(rewrites) if _key(r.answer) == key), None) if key else None
-
-
-def session_kwargs(request_kwargs: dict[str, Any], slot: int) -> dict[str, Any]:
-    """The request settings of the play's session number `slot`: a play's sampling `seed` is shared by its
-    sessions, and the num_parallel solvers (or rewriters) read the same prompt, so one seed would make them
-    copies of one sample; each slot gets its own seed, derived from the play's (still reproducible)."""
-    if request_kwargs.get("seed") is None:
-        return request_kwargs
-    return {**request_kwargs, "seed": (int(request_kwargs["seed"]) * 1_000_003 + 7919 * slot) & 0x7FFFFFFF}
 
 
 class CoEvolutionAgent:
@@ -179,7 +170,7 @@ class CoEvolutionAgent:
 
         solver_msgs = self.role_messages(solver.name, system, task)
         solvers = list(await asyncio.gather(*(
-            self._episode(sessions, solver, solver_msgs, row, session_kwargs(request_kwargs, k), play_id)
+            self._episode(sessions, solver, solver_msgs, row, vary_seed(request_kwargs, "session", k), play_id)
             for k in range(self.num_parallel))))
         answers = [r.answer for r in solvers if _answered(r)]
         if not answers:
@@ -188,14 +179,14 @@ class CoEvolutionAgent:
         rewriter_msgs = self.role_messages(rewriter.name, system, task, answers)
         rewriters = list(await asyncio.gather(*(
             self._episode(sessions, rewriter, rewriter_msgs, row,
-                          session_kwargs(request_kwargs, self.num_parallel + k), play_id)
+                          vary_seed(request_kwargs, "session", self.num_parallel + k), play_id)
             for k in range(self.num_parallel))))
         rewrites = [r for r in rewriters if _answered(r)]
         if not rewrites:
             return early_exit(solvers + rewriters)
 
         messages = self.role_messages(selector.name, system, task, [r.answer for r in rewrites])
-        request_kwargs = session_kwargs(request_kwargs, 2 * self.num_parallel)
+        request_kwargs = vary_seed(request_kwargs, "session", 2 * self.num_parallel)
         if self.settings.selection == "answer":
             return await self._select_by_answer(sessions, selector, messages, row, request_kwargs, play_id,
                                                 solvers + rewriters, rewrites, early_exit)

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from agentrl.agents.base import SessionPool, agent_config, parse_roles, with_role
-from agentrl.agents.chat import role_turn
+from agentrl.agents.chat import role_turn, vary_seed
 from agentrl.agents.record import Failure, Play, Rollout
 from agentrl.agents.tool_calling import episode_client
 from agentrl.config.agent import SelfPlayAgentConfig
@@ -60,8 +60,8 @@ class SelfPlayAgent:
     async def play(self, sessions: SessionPool, row: dict[str, Any], *, request_kwargs: dict[str, Any]) -> Play:
         metadata = row.get("metadata") or {}
         s = self.settings
-        turn_kw = {"request_kwargs": request_kwargs, "max_response_tokens": s.max_response_tokens,
-                   "max_context_tokens": s.max_context_tokens, "timeout": s.model_timeout}
+        turn_kw = {"max_response_tokens": s.max_response_tokens, "max_context_tokens": s.max_context_tokens,
+                   "timeout": s.model_timeout}
         play_id = Rollout().play_id
         seats: dict[int, tuple[Rollout, list[dict[str, Any]]]] = {}
         fallback = self.roles[0].stamp(Rollout(), play_id)  # carries a failure before any seat played
@@ -104,7 +104,9 @@ class SelfPlayAgent:
                     if isinstance(opened, str):
                         return flag(Failure.AGENT_ERROR, opened)
                     record, messages = opened
-                    reply = await role_turn(client, record.base_url, messages, record, **turn_kw)
+                    # each seat samples with its own seed: two seats on one seed would draw alike
+                    reply = await role_turn(client, record.base_url, messages, record,
+                                            request_kwargs=vary_seed(request_kwargs, "session", seat), **turn_kw)
                     if reply is None:  # the model failed this seat: the match has no fair outcome
                         return flag(record.failure or Failure.MODEL_ERROR, record.error)
                     try:

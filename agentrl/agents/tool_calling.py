@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from agentrl.agents.base import SessionPool, agent_config
-from agentrl.agents.chat import ChatError, ChatReply, chat, estimate_tokens
+from agentrl.agents.chat import ChatError, ChatReply, chat, estimate_tokens, vary_seed
 from agentrl.agents.record import Failure, Play, Rollout, miles_metadata
 from agentrl.config.agent import ToolCallingAgentConfig
 from agentrl.config.env import EnvServerConfig
@@ -138,8 +138,9 @@ async def _model_turn(client: httpx.AsyncClient, base_url: str, play: _Play, req
                                            f"the budget is {settings.max_context_tokens}")
             return None
     try:
-        reply = await chat(client, base_url, play.messages, tools=play.tools, request_kwargs=request_kwargs,
-                           max_tokens=max_response, timeout=settings.model_timeout)
+        reply = await chat(client, base_url, play.messages, tools=play.tools,
+                           request_kwargs=vary_seed(request_kwargs, "turn", rec.turns), max_tokens=max_response,
+                           timeout=settings.model_timeout)
     except ChatError as exc:
         play.flag(Failure(exc.failure), str(exc))
         return None

@@ -53,6 +53,16 @@ async def test_self_play_rewards_each_seat_by_its_own_outcome(ttt_url):
     assert "You are Player 1 in Tic Tac Toe" in x_view[1]["content"]
 
 
+async def test_every_seat_and_turn_samples_with_its_own_seed(ttt_url):
+    """Both seats on one seed, every turn, would draw the same random numbers all match long."""
+    chat = ScriptedChat(first_listed_move)
+    with chat.serve() as chat_url:
+        row = {"messages": None, "metadata": {"url": ttt_url, "split": "train", "index": 0}}
+        await SelfPlayAgent().play(HttpSessionPool(chat_url), row, request_kwargs={"seed": 11, "temperature": 1.0})
+    seeds = [(seat_of(r["messages"][0]["content"]), r["seed"]) for r in chat.requests]
+    assert len(seeds) == 7 and len({s for _, s in seeds}) == 7 and seeds[0] == (0, 11)
+
+
 async def test_against_the_scripted_opponent_the_agent_plays_its_seat_only(ttt, ttt_url):
     for index in range(2):  # seat 0, then seat 1
         rollouts, chat = await play(ttt_url, "eval", index, SelfPlayAgent())

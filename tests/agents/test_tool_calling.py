@@ -95,6 +95,19 @@ async def test_max_turns_is_enforced(gridsim_url):
     assert out["reward"] == 0.0 and out["agentenv_scores"] == {"grade": 0.0} and "agentenv_failure" not in out
 
 
+async def test_each_turn_samples_with_its_own_seed(gridsim_url):
+    """Engines re-seed on every request: one seed on every turn would repeat the same random draws (a retried
+    bad call repeats). Turn 0 keeps the play's seed; later turns derive theirs, the same ones on a replay."""
+    seeds = []
+    for _ in range(2):
+        chat = ScriptedChat([], default=Reply(tool_calls=[tool_call("submit_schedule", "not json")]))
+        with chat.serve() as chat_url:
+            await run(open_session(chat_url), None, {"seed": 5, "temperature": 1.0},
+                      {"url": gridsim_url, "split": "eval", "index": 0}, max_turns=3)
+        seeds.append([body["seed"] for body in chat.requests])
+    assert seeds[0][0] == 5 and len(set(seeds[0])) == 3 and seeds[0] == seeds[1]
+
+
 async def test_a_tool_call_block_the_parser_dropped_is_an_invalid_call(gridsim_bundle, gridsim_url):
     # The endpoint parses tool calls from the model's text as SGLang's qwen25 parser does: a block whose JSON
     # does not parse vanishes (no calls, empty content, finish_reason tool_calls). The agent must answer it as
