@@ -141,6 +141,9 @@ class GRPOTrainerConfig(TrainerConfig):
     # A rollout truncated, over budget or out of turns (the policy's own doing): drop its group, or penalize:
     # keep it in the group at reward 0 (docs/training.md, "Failed rollouts"). Env and engine failures always drop.
     model_failures: str = "drop"  # drop | penalize
+    # 1: play step n+1 while step n trains (its rollouts one weight version stale, corrected by the ratio to the
+    # engine's logprobs and tis_cap); 0: play, then train (docs/training.md, "Overlapped rollouts")
+    off_policy_steps: int = 0  # 0 | 1
     max_drops_in_a_row: int = 200  # stop the run after more groups in a row were dropped as failed
     checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id>
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device (SGLang: cuda when there)
@@ -151,6 +154,9 @@ class GRPOTrainerConfig(TrainerConfig):
         check_algorithm(self)
         if self.model_failures not in ("drop", "penalize"):
             raise ValueError(f"trainer.model_failures must be drop or penalize, got {self.model_failures!r}")
+        if self.off_policy_steps not in (0, 1):
+            raise ValueError(f"trainer.off_policy_steps must be 0 (play, then train) or 1 (play the next step while "
+                             f"this one trains), got {self.off_policy_steps!r}")
         if int(self.norm_tokens) < 1:
             raise ValueError(f"trainer.norm_tokens must be >= 1 (dr_grpo's constant normalizer), got {self.norm_tokens}")
         if _is_set(self.overlong_buffer):

@@ -14,6 +14,7 @@ curve PNG, and the services stopped whatever happened.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import random
 import time
@@ -104,6 +105,15 @@ def rollout_metrics(seen: list[Rollout]) -> dict[str, float]:
     return metrics
 
 
+def weight_lag(played: list[Rollout], engine: Any) -> dict[str, float]:
+    """`rollout/weight_lag`: how many weight versions behind the engine's current one the shared policy's
+    trained turns were sampled (0 when played then trained; about 1 with `off_policy_steps=1`)."""
+    now = getattr(engine, "weight_version", None)
+    versions = [v for r in played if r.policy == MAIN and r.sample is not None
+                for v in r.sample.metadata.get("weight_versions", ()) if v is not None]
+    return {"rollout/weight_lag": now - sum(versions) / len(versions)} if now is not None and versions else {}
+
+
 class GRPOTrainer:
     """The built-in GRPO trainer (see the module docstring for the step)."""
 
@@ -119,6 +129,10 @@ class GRPOTrainer:
         self.streak = FailureStreak(int(self.t.max_drops_in_a_row))
         self.times: Counter[str] = Counter()  # wall seconds: warm_start, train, eval
         self.health = HealthWatch(cfg.agent.get("health"))  # the recipe's healthy ranges, judged at the end
+        # off_policy_steps=1: the next step's collection, played on one background thread while this step trains
+        self.prefetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentrl-rollouts")
+        self.ahead: concurrent.futures.Future | None = None
+        self.saved_cursor = 0
 
     @classmethod
     def resume_run_id(cls, cfg: DictConfig) -> str | None:
@@ -216,8 +230,10 @@ class GRPOTrainer:
                                                     request_kwargs=self._request_kwargs(float(t.temperature)),
                                                     seed_parts=(self.cfg.seed, step, attempt)))
 
+        started = time.monotonic()
         kept, seen, dropped, drawn = fill_step(self.rows.next, play, want=want, budget=budget, drop=self._drop)
         metrics = rollout_metrics(seen)
+        metrics["time/generate_s"] = time.monotonic() - started
         metrics.update({"rollout/groups_dropped": float(sum(dropped.values())), "rollout/rows_drawn": float(drawn),
                         "rollout/groups_kept": float(len(kept))})
         metrics.update({f"rollout/groups_dropped/{k}": float(v) for k, v in dropped.items()})
@@ -231,27 +247,43 @@ class GRPOTrainer:
         return step_policies(self.policies, played, self.services.policy_engines)
 
     def _train_step(self, step: int) -> dict[str, float]:
+        """One step. With `off_policy_steps=1` the next step's rollouts are played while this one trains: they
+        start on this step's weights (one version stale when trained); the step then waits only for what
+        generation did not hide (`time/generate_wait_s`)."""
         t0 = time.monotonic()
-        groups, metrics = self._collect(step)
+        ahead, self.ahead = self.ahead, None
+        groups, metrics = ahead.result() if ahead is not None else self._collect(step)
         t1 = time.monotonic()
-        update, push_s = self._update([r for g in groups for r in g])
+        self.saved_cursor = self.rows.cursor  # a checkpoint of this step resumes from here, not past the prefetch
+        if int(self.t.off_policy_steps) and step < int(self.t.steps):
+            self.ahead = self.prefetcher.submit(self._collect, step + 1)
+        played = [r for g in groups for r in g]
+        metrics.update(weight_lag(played, self.services.engine))
+        update, push_s = self._update(played)
         metrics.update(update)
         t2 = time.monotonic() - push_s
-        metrics.update({"time/generate_s": t1 - t0, "time/train_s": t2 - t1, "time/weight_push_s": push_s,
+        metrics.update({"time/generate_wait_s": t1 - t0, "time/train_s": t2 - t1, "time/weight_push_s": push_s,
                         "time/step_s": time.monotonic() - t0,
-                        "perf/generate_tokens_per_s": metrics["rollout/model_tokens"] / max(t1 - t0, 1e-9),
+                        "perf/generate_tokens_per_s": metrics["rollout/model_tokens"] / max(metrics["time/generate_s"],
+                                                                                           1e-9),
                         "perf/train_tokens_per_s": metrics.get("train/tokens", 0.0) / max(t2 - t1, 1e-9)})
         self.history["train/reward"].append((step, metrics["train/reward"]))
         metrics.update(self.plan.bundle.metrics())  # the bundle's own state, e.g. env/level
         return metrics
 
+    def _settle(self) -> None:
+        """Let rollouts played ahead finish (kept for the next step): an eval or the shutdown gets a quiet engine."""
+        if self.ahead is not None:
+            concurrent.futures.wait([self.ahead])
+
     def _evaluate(self, step: int, *, greedy: bool = False) -> dict[str, float]:
+        self._settle()
         return trainer_eval(self.services, self.plan.bundle, self.cfg, step, greedy=greedy, times=self.times,
                             history=self.history)
 
     def _save(self, step: int) -> None:
         others = [p for p in self.policies if p.learner is not None and p.name != MAIN]
-        state = {"optimizer": self.learner.optimizer.state_dict(), "row_cursor": self.rows.cursor,
+        state = {"optimizer": self.learner.optimizer.state_dict(), "row_cursor": self.saved_cursor,
                  "run_id": self.tracker.run_id, "history": self.history,
                  "policy_optimizers": {p.name: p.learner.optimizer.state_dict() for p in others}}
         ckpt.save(self.root, step, model=self.learner.model, tokenizer=self.tokenizer, state=state,
@@ -295,6 +327,8 @@ class GRPOTrainer:
             final.update(health)
             self._log_final_model()
         finally:
+            self._settle()  # its plays need the services; a failure in them is moot once the run has ended
+            self.prefetcher.shutdown()
             self.services.close()
             self._plot()
         return final

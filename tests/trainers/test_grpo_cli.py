@@ -89,6 +89,35 @@ def test_two_steps_then_kill_and_resume(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_overlapped_rollouts_train_one_version_stale_and_checkpoint_the_right_cursor(tmp_path: Path) -> None:
+    """off_policy_steps=1 plays step n+1 while step n trains: from step 2 on, the trained turns were sampled one
+    weight version back; a checkpoint's row cursor excludes the rows already drawn for the next step."""
+    import torch
+
+    home = tmp_path / "home"
+    done = _cli(["+recipe=gridsim_grpo", *TINY, "trainer.steps=3", "trainer.off_policy_steps=1",
+                 "trainer.eval_every=0"], home)
+    assert done.returncode == 0, done.stderr[-4000:]
+    client, runs = _runs(home)
+    rid = runs[0].info.run_id
+
+    def history(key: str) -> dict[int, float]:
+        return {m.step: m.value for m in client.get_metric_history(rid, key)}
+
+    # Step 1 is played then trained; steps 2 and 3 were already playing while the step before trained, so the
+    # step waited less than their play took (played then trained, the wait spans the whole play).
+    generate, wait = history("time/generate_s"), history("time/generate_wait_s")
+    assert wait[1] >= generate[1] and all(wait[s] < generate[s] for s in (2, 3)), (wait, generate)
+    # A turn is at most one version stale (the tiny model here may train before the next play's first turn).
+    assert all(0 <= v <= 1 for v in history("rollout/weight_lag").values())
+    for key in REQUIRED + ["time/generate_wait_s"]:
+        assert math.isfinite(runs[0].data.metrics[key]), key
+    drawn = history("rollout/rows_drawn")
+    state = torch.load(next(home.glob("outputs/checkpoints/gridsim_grpo/*/step-000002/state.pt")), weights_only=False)
+    assert state["row_cursor"] == drawn[1] + drawn[2]
+
+
 def test_optuna_sweep_children_under_parent(tmp_path: Path) -> None:
     home = tmp_path / "home"
     done = _cli(["-m", "+recipe=gridsim_grpo", "hparams_search=gridsim_optuna", "hydra.sweeper.n_trials=2",
