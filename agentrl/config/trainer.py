@@ -263,6 +263,7 @@ class TRLTrainerConfig(TrainerConfig):
     weight_decay: float = 0.0
     # The built-in GRPO redraws rows for dropped groups; TRL's sampler cannot, so only 0 is accepted.
     max_extra_rows: int = 0
+    off_policy_steps: int = 0  # 0 only: TRL generates, then trains (the built-in GRPO can overlap them)
     drop_no_signal: bool = True  # groups of equal rewards train nothing (TRL: advantage 0 in them anyway)
     num_processes: int = 1  # >1: `accelerate launch` with that many data-parallel processes (gloo on CPUs)
     accelerate_config: str | None = None  # an accelerate/DeepSpeed config file for GPUs and nodes (docs/trl.md)

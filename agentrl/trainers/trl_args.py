@@ -25,6 +25,9 @@ WORKER_MODULE = "agentrl.trainers.trl_worker"
 LACKS: dict[str, tuple[Any, str]] = {
     "max_extra_rows": (0, "TRL's sampler fixes a step's rows before they are played, so it cannot draw "
                           "replacement rows for dropped groups (the built-in GRPO's max_extra_rows)"),
+    "off_policy_steps": (0, "TRL's GRPOTrainer generates a step's completions, then trains on them; playing the next "
+                            "step while one trains is the built-in GRPO's (TRL's own asynchronous variant, "
+                            "trl.experimental.async_grpo, needs a vLLM server)"),
     "resume": (False, "trainer=trl does not resume yet: TRL's resume_from_checkpoint restores its own "
                       "checkpoint, but not agentrl's MLflow run or the eval history; start a new run"),
 }

@@ -115,6 +115,13 @@ def _cfg(**trainer: object) -> object:
                              "agent": {"max_turns": 4, "max_response_tokens": 96}})
 
 
+def test_overlapped_rollouts_are_the_built_in_trainers_only() -> None:
+    from agentrl.trainers.trl_args import TRLConfigError, check_config
+
+    with pytest.raises(TRLConfigError, match=r"trainer.off_policy_steps=1 has no counterpart in TRL"):
+        check_config(_cfg(off_policy_steps=1))
+
+
 def test_mapping_builds_a_real_grpo_config() -> None:
     from trl import GRPOConfig
 
