@@ -3,7 +3,9 @@
 One Hydra multirun, `trainer=grpo,trl seed=...`, so every job is a child MLflow run under one parent, with the
 same warm start folder, seeds, steps and eval split. From the MLflow store it then reports, per backend:
 eval/reward at step 0 and at every eval step (mean ± standard error over the seeds), seconds per step split
-into generate / train / other (other = step - generate - train: the weight push, the group filter, logging),
+into generate (the plays' wall time), the part of it the step waited for (less than generate when the built-in
+trainer plays the next step while one trains, `trainer.off_policy_steps=1`), train, and other (step - waited -
+train: the weight push, the group filter, logging),
 and the peak resident memory of the process tree while that job ran (sampled every 0.5 s with psutil).
 
     python benchmarks/backends.py --steps 20 --eval-every 10 --eval-limit 200 --seeds 0,1,2 \\
@@ -92,7 +94,9 @@ def collect(uri: str, since_ms: int, sampler: TreeSampler | None, parent_id: str
         def series(key: str, rid: str = rid) -> dict[int, float]:
             return {m.step: m.value for m in client.get_metric_history(rid, key)}
 
-        steps = {k: series(f"time/{k}_s") for k in ("generate", "train", "step")}
+        steps = {k: series(f"time/{k}_s") for k in ("generate", "generate_wait", "train", "step")}
+        if not steps["generate_wait"]:  # played, then trained (TRL; the built-in trainer before it logged waits)
+            steps["generate_wait"] = steps["generate"]
         steps.update({k: series(f"rollout/{k}") for k in ("rows_drawn", "groups_kept")})
         train_steps = sorted(s for s in steps["step"] if s > 0)
         per_step = {k: statistics.fmean(steps[k][s] for s in train_steps if s in steps[k]) if train_steps else
@@ -101,7 +105,7 @@ def collect(uri: str, since_ms: int, sampler: TreeSampler | None, parent_id: str
         out.append({"run_id": rid, "parent": parent.info.run_id, "backend": run.data.tags.get("choice.trainer"),
                     "seed": run.data.params.get("seed"), "status": run.info.status, "eval": series("eval/reward"),
                     "greedy": run.data.metrics.get("eval_greedy/reward", float("nan")),
-                    "generate_s": per_step["generate"], "train_s": per_step["train"], "step_s": per_step["step"],
+                    "generate_s": per_step["generate"], "wait_s": per_step["generate_wait"], "train_s": per_step["train"], "step_s": per_step["step"],
                     "rows_drawn": per_step["rows_drawn"], "groups_kept": per_step["groups_kept"],
                     "peak_mib": sampler.peak(run.info.start_time / 1000, end) if sampler else float("nan")})
     return out
@@ -122,15 +126,15 @@ def table(records: list[dict[str, Any]]) -> str:
             cells.append(f"{m:.3f} ± {se:.3f}")
         g, gse = mean_se([r["greedy"] for r in rs])
         lines.append(f"| {backend} | {len(rs)} | " + " | ".join(cells) + f" | {g:.3f} ± {gse:.3f} |")
-    lines += ["", "| backend | s/step | generate | train | other | rows played / groups trained per step | "
-                  "peak RSS, fresh process (MiB) | peak RSS in the multirun (MiB) |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| backend | s/step | generate (play) | of it waited for | train | other | rows played / groups "
+                  "trained per step | peak RSS, fresh process (MiB) | peak RSS in the multirun (MiB) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for backend, rs in sorted(by.items()):
-        step, gen, train = (mean_se([r[k] for r in rs])[0] for k in ("step_s", "generate_s", "train_s"))
+        step, gen, wait, train = (mean_se([r[k] for r in rs])[0] for k in ("step_s", "generate_s", "wait_s", "train_s"))
         peak = max(r["peak_mib"] for r in rs)
         fresh = rs[0].get("fresh_peak_mib", float("nan"))
         rows, kept = (mean_se([r[k] for r in rs])[0] for k in ("rows_drawn", "groups_kept"))
-        lines.append(f"| {backend} | {step:.2f} | {gen:.2f} | {train:.2f} | {step - gen - train:.2f} | "
+        lines.append(f"| {backend} | {step:.2f} | {gen:.2f} | {wait:.2f} | {train:.2f} | {step - wait - train:.2f} | "
                      f"{rows:.1f} / {kept:.1f} | {fresh:.0f} | {peak:.0f} |")
     if {"grpo", "trl"} <= by.keys():
         g, t = (mean_se([r["step_s"] for r in by[b]])[0] for b in ("grpo", "trl"))
