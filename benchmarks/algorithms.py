@@ -4,6 +4,7 @@
     python benchmarks/algorithms.py beat    --home H --seeds 0 1 2       # (1) RL beats its teacher, paired per day
     python benchmarks/algorithms.py compare --home H --seeds 0 1 2 --losses grpo,dr_grpo,dapo,gspo   # (2) multirun
     python benchmarks/algorithms.py flagship --home H                    # (3) the README command, timed
+    python benchmarks/algorithms.py temps --home H --temps 1.1 0.8 0.6   # (3) a model's eval by temperature
 
 Every GRPO run is the real CLI (`python -m agentrl +recipe=gridsim_beat_teacher ...`) in a subprocess, from the
 same start folder (`trainer.warm_start.checkpoint`), logging to one MLflow store under H (`H/mlflow.db`). Extra
@@ -40,12 +41,13 @@ def cli(home: Path, args: Sequence[str], log: Path, threads: int = 1) -> float:
     return time.monotonic() - started
 
 
-def start_path(home: Path, extra: Sequence[str] = ()) -> Path:
-    """The greedy imitation every run starts from: the recipe's warm start at seed 0 (made if missing)."""
+def start_path(home: Path, extra: Sequence[str] = (), recipe: str = RECIPE) -> Path:
+    """The folder every run starts from: `recipe`'s warm start at seed 0 (made if missing); for the default
+    recipe, the greedy rule's imitation."""
     os.environ["AGENTRL_HOME"] = str(home)
     from agentrl.trainers.warm_start import warm_start_path
 
-    cfg = compose([f"+recipe={RECIPE}", "seed=0", *extra])
+    cfg = compose([f"+recipe={recipe}", "seed=0", *extra])
     return Path(warm_start_path(cfg, plan_for(cfg, home / "run-start")))
 
 
@@ -122,32 +124,50 @@ def beat(args: argparse.Namespace, extra: list[str]) -> None:
 def compare(args: argparse.Namespace, extra: list[str]) -> None:
     """(2) One Hydra multirun over losses x seeds (children of one MLflow parent), then its table."""
     home = Path(args.home)
-    start = start_path(home, extra)
-    wall = cli(home, ["-m", f"+recipe={RECIPE}", f"trainer.loss={args.losses}",
-                      f"seed={','.join(str(s) for s in args.seeds)}", f"trainer.warm_start.checkpoint={start}",
-                      f"hydra.sweep.dir={home / ('compare' + args.tag)}", *extra], home / f"compare{args.tag}.log")
+    wall = float("nan")
+    if not args.parent:
+        start = start_path(home, extra)
+        wall = cli(home, ["-m", f"+recipe={RECIPE}", f"trainer.loss={args.losses}",
+                          f"seed={','.join(str(s) for s in args.seeds)}", f"trainer.warm_start.checkpoint={start}",
+                          f"hydra.sweep.dir={home / ('compare' + args.tag)}", *extra], home / f"compare{args.tag}.log")
+    print(compare_table(f"sqlite:///{home / 'mlflow.db'}", args.parent, wall))
+
+
+def compare_table(uri: str, parent_id: str | None, wall: float) -> str:
+    """The newest sweep's (or `parent_id`'s) children by loss: eval reward at each eval step, the last eval by
+    battery duration, the final greedy-decoded eval and seconds per step, each mean ± se over the seeds."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    client = MlflowClient(tracking_uri=uri)
     exps = [e.experiment_id for e in client.search_experiments()]
-    parent = client.search_runs(exps, "tags.agentrl.sweep = 'true'", order_by=["attribute.start_time DESC"])[0]
+    parent = (client.get_run(parent_id) if parent_id else
+              client.search_runs(exps, "tags.agentrl.sweep = 'true'", order_by=["attribute.start_time DESC"])[0])
     children = client.search_runs(exps, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-    table: dict[str, dict[int, list[float]]] = {}
+    evals: dict[str, dict[int, list[float]]] = {}
+    last: dict[str, dict[str, list[float]]] = {}
     step_s: dict[str, list[float]] = {}
     for run in children:
         loss = run.data.params.get("trainer/loss", "?")
         for m in client.get_metric_history(run.info.run_id, "eval/reward"):
-            table.setdefault(loss, {}).setdefault(m.step, []).append(m.value)
+            evals.setdefault(loss, {}).setdefault(m.step, []).append(m.value)
+        for key in ("eval/reward_1h", "eval/reward_2h", "eval/reward_4h", "eval_greedy/reward"):
+            last.setdefault(loss, {}).setdefault(key, []).append(run.data.metrics.get(key, float("nan")))
         steps = [m.value for m in client.get_metric_history(run.info.run_id, "time/step_s") if m.step >= 1]
-        step_s.setdefault(loss, []).extend(steps)
-    evals = sorted({s for by in table.values() for s in by})
-    print(f"\n## (2) losses x seeds {args.seeds}: parent run {parent.info.run_id}, {len(children)} children, "
-          f"{wall / 60:.1f} min\n")
-    print("| loss | " + " | ".join(f"eval@{s}" for s in evals) + " | s/step |")
-    print("|---|" + "---|" * (len(evals) + 1))
-    for loss, by in sorted(table.items()):
-        cells = [("{:.3f} ± {:.3f}".format(*mean_se(by[s])) if s in by else "-") for s in evals]
-        print(f"| {loss} | " + " | ".join(cells) + f" | {mean_se(step_s.get(loss) or [float('nan')])[0]:.2f} |")
+        step_s.setdefault(loss, []).append(sum(steps) / len(steps) if steps else float("nan"))
+    at = sorted({s for by in evals.values() for s in by})
+    cell = "{:.3f} ± {:.3f}".format
+    lines = [f"\n## (2) losses x seeds: parent run {parent.info.run_id}, {len(children)} children, "
+             f"{wall / 60:.1f} min\n",
+             "| loss | seeds | " + " | ".join(f"eval@{s}" for s in at) +
+             " | last eval 1h / 2h / 4h | greedy-decoded (end) | s/step |",
+             "|---|---|" + "---|" * (len(at) + 3)]
+    for loss, by in sorted(evals.items()):
+        cells = [(cell(*mean_se(by[s])) if s in by else "-") for s in at]
+        hours = " / ".join(f"{mean_se(last[loss][f'eval/reward_{h}h'])[0]:.3f}" for h in (1, 2, 4))
+        lines.append(f"| {loss} | {len(step_s[loss])} | " + " | ".join(cells) +
+                     f" | {hours} | {cell(*mean_se(last[loss]['eval_greedy/reward']))} | "
+                     f"{cell(*mean_se(step_s[loss]))} |")
+    return "\n".join(lines)
 
 
 def flagship(args: argparse.Namespace, extra: list[str]) -> None:
@@ -158,12 +178,32 @@ def flagship(args: argparse.Namespace, extra: list[str]) -> None:
     print(f"\n## (3) the flagship: {wall / 60:.1f} min all in\n" + "\n".join(tail))
 
 
+def temps(args: argparse.Namespace, extra: list[str]) -> None:
+    """(3)'s eval-temperature lever: one model (the flagship's warm start by default) on the eval days, sampled
+    at each `--temps` and greedy-decoded, by battery duration."""
+    home = Path(args.home)
+    model = args.model or str(start_path(home, extra, recipe="gridsim_grpo"))
+    cfg = compose(["+recipe=gridsim_grpo", *extra])
+    plan = plan_for(cfg, home / "run-temps")
+    print(f"\n## {model}, {cfg.trainer.eval_limit or 'all'} eval days\n")
+    print("| decoding | 1h | 2h | 4h | all |\n|---|---|---|---|---|")
+    greedy = None
+    for temp in args.temps:
+        m, _ = eval_both(cfg, plan, model, cfg.trainer.eval_limit, temp)
+        print(f"| sampled T={temp} | " + " | ".join(f"{m[f'eval/reward_{h}h']:.3f}" for h in (1, 2, 4)) +
+              f" | {m['eval/reward']:.3f} |", flush=True)
+        greedy = m
+    if greedy:
+        print("| greedy-decoded | " + " | ".join(f"{greedy[f'eval_greedy/reward_{h}h']:.3f}" for h in (1, 2, 4)) +
+              f" | {greedy['eval_greedy/reward']:.3f} |")
+
+
 def main() -> None:
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("proof", choices=("start", "beat", "compare", "flagship"))
+    ap.add_argument("proof", choices=("start", "beat", "compare", "flagship", "temps"))
     ap.add_argument("--home", required=True, help="output root: the start, the runs, the MLflow store")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--losses", default="grpo,dr_grpo,dapo,gspo")
@@ -174,13 +214,17 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true",
                     help="beat: a seed whose run folder already holds final_model is evaluated, not trained again")
     ap.add_argument("--tag", default="", help="suffix for the run folders (several measurements in one home)")
+    ap.add_argument("--temps", type=float, nargs="+", default=[1.1, 0.8, 0.6],
+                    help="temps: sampling temperatures to evaluate at")
+    ap.add_argument("--model", help="temps: the model folder (default: the flagship's warm start, made if missing)")
+    ap.add_argument("--parent", help="compare: only print the table of this MLflow sweep parent's children")
     args = ap.parse_args(argv)
     print(f"# algorithms benchmark {time.strftime('%Y-%m-%d %H:%M')} load {os.getloadavg()[0]:.1f} "
           f"({args.proof}, overrides {extra})", flush=True)
     if args.proof == "start":
         print(start_path(Path(args.home), extra))
     else:
-        {"beat": beat, "compare": compare, "flagship": flagship}[args.proof](args, extra)
+        {"beat": beat, "compare": compare, "flagship": flagship, "temps": temps}[args.proof](args, extra)
 
 
 if __name__ == "__main__":

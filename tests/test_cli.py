@@ -98,8 +98,11 @@ def test_a_key_the_schema_lacks_is_refused_naming_it(key: str, mode: list[str], 
 
 
 @pytest.mark.slow
-def test_multirun_makes_one_parent_and_a_child_per_job(agentrl_home: Path, tmp_path: Path):
-    proc = run_cli(["-m", "+recipe=gridsim_grpo", "dry_run=true", "trainer.lr=1e-5,3e-5"], cwd=tmp_path)
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]],
+                         ids=["basic", "joblib"])
+def test_multirun_makes_one_parent_and_a_child_per_job(launcher: list[str], agentrl_home: Path, tmp_path: Path):
+    """In this process (the basic launcher) or in parallel worker processes (joblib), each job finds the parent."""
+    proc = run_cli(["-m", "+recipe=gridsim_grpo", "dry_run=true", "trainer.lr=1e-5,3e-5", *launcher], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(sqlite_uri(agentrl_home))
     assert client.get_experiment_by_name("agentrl") is None  # a sweep of dry runs goes where its jobs go
