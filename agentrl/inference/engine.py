@@ -354,9 +354,19 @@ class EmbeddedEngine:
             return
         from transformers import DynamicCache
 
-        ids, mask, pos = prefill_inputs([r.prompt_ids for r in reqs], self.pad_id, self.device)
+        # A GRPO group sends one prompt n times at once: run each distinct prompt once, then give every
+        # request its own copy of that row's cache (n x fewer prefill tokens; decoding is per row as before).
+        distinct: dict[tuple[int, ...], int] = {}
+        rows = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in reqs]
+        ids, mask, pos = prefill_inputs([list(p) for p in distinct], self.pad_id, self.device)
         logits, cache = self._forward(ids, mask, pos, DynamicCache(config=self.model.config))
+        if len(distinct) < len(reqs):
+            index = torch.tensor(rows, device=self.device)
+            logits, mask = logits[index], mask[index]
+            for layer in cache.layers:
+                layer.keys, layer.values = layer.keys[index], layer.values[index]
         self.stats.prefill_passes += 1
+        self.stats.prefill_rows += len(distinct)
         tokens = self._sample(logits, reqs)
         next_pos = torch.tensor([len(r.prompt_ids) for r in reqs], device=self.device)
         self._batch.merge(reqs, cache, mask, next_pos, tokens)

@@ -66,6 +66,24 @@ async def test_eight_concurrent_requests_share_one_batch(engine):
     assert s.tokens_generated == 80 and s.requests == 8
 
 
+async def test_a_prompt_sent_many_times_at_once_is_prefilled_once(engine, random_model):
+    """A GRPO group: one prompt n times (plus another prompt) in one batch runs 2 prompt rows, and each request
+    still decodes on its own: its logprobs match a fresh forward pass and a seeded one samples what it samples
+    alone."""
+    ref = AutoModelForCausalLM.from_pretrained(random_model).eval()
+    prompts = [PROMPTS[3]] * 6 + [PROMPTS[5]] * 2
+    together = await asyncio.gather(*[engine.generate(p, max_tokens=8, temperature=1.2, seed=40 + i, ignore_eos=True)
+                                      for i, p in enumerate(prompts)])
+    s = engine.stats
+    assert (s.prefill_passes, s.prefill_rows, s.max_batch_size) == (1, 2, 8)
+    assert len({tuple(c.token_ids) for c in together[:6]}) > 1  # six copies of one row, sampled apart
+    for i, (p, c) in enumerate(zip(prompts, together, strict=True)):
+        expect = reference_logprobs(ref, p, c.token_ids, 1.2)
+        assert torch.allclose(torch.tensor(c.logprobs), expect, atol=1e-4), (i, c.logprobs, expect)
+    alone = await engine.generate(prompts[4], max_tokens=8, temperature=1.2, seed=44, ignore_eos=True)
+    assert alone.token_ids == together[4].token_ids
+
+
 async def test_seed_reproduces_a_sample(engine):
     a = await engine.generate(PROMPTS[2], max_tokens=12, seed=123, ignore_eos=True)
     b = await engine.generate(PROMPTS[2], max_tokens=12, seed=123, ignore_eos=True)
