@@ -43,6 +43,7 @@ def _environ() -> dict[str, str]:
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("OMP_NUM_THREADS", None)  # the setting under test decides
     env.pop("OMP_WAIT_POLICY", None)
+    env.pop("GOMP_SPINCOUNT", None)
     return env
 
 
@@ -54,6 +55,8 @@ CONTENDED_SETTINGS = {
     "default": (0, {"OMP_WAIT_POLICY": ""}),
     "default, active": (0, {"OMP_WAIT_POLICY": "ACTIVE"}),  # spins until the other threads arrive
     "default, passive": (0, {"OMP_WAIT_POLICY": "PASSIVE"}),  # sleeps at once
+    # between the two: spin about 10k iterations (microseconds, libgomp's default is 300k), then sleep
+    "default, spin 10k": (0, {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": "10000"}),
 }
 
 
