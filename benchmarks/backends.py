@@ -145,6 +145,13 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def busy_note(load: float) -> str:
+    """What the mean load average says about the timings: only above one job per core did others compete."""
+    cores = os.cpu_count() or 1
+    return ("quiet: the multirun had the cores to itself" if load <= cores else
+            "shared box: other jobs ran beside it, every second above is inflated")
+
+
 def run_sampled(command: list[str], env: dict[str, str], log_path: Path) -> TreeSampler:
     """Run `command`, sampling its process tree; raises SystemExit when it fails."""
     with log_path.open("w") as log:
@@ -214,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         f" {len(records)} child runs under MLflow parent {records[0]['parent'] if records else '?'}, "
         f"{(time.monotonic() - started) / 60:.1f} min wall.",
         f"Load: {os.cpu_count()} CPUs, 1-min load average {load_before:.1f} at the start, {sampler.load():.1f} "
-        "mean while it ran (shared box: other sessions' jobs ran beside it).", "", table(records)])
+        f"mean while it ran ({busy_note(sampler.load())}).", "", table(records)])
     print(report, flush=True)
     if args.results:
         with open(args.results, "a") as f:
