@@ -4,7 +4,7 @@
 #   0. installs the carried wheels (.whl/, made here by scripts/gpu_wheels.sh) and stops at once when a module
 #      agentrl needs is still missing;
 #   1. the tiny recipe (gridsim_grpo) end to end on the device: a short SFT warm start, 5 GRPO steps, and the mean
-#      step-time split it logged to MLflow (time/generate_s, time/train_s, time/weight_push_s);
+#      step-time split it logged to MLflow (time/generate_wait_s, time/train_s, time/weight_push_s);
 #   2. a ~0.6B Qwen3-architecture model made locally (random weights, nothing downloaded): generation tokens/s
 #      through agentrl's EmbeddedEngine, training tokens/s through agentrl's Learner (GRPO loss, AdamW, float32
 #      weights with bf16 autocast), peak GPU memory, and a GRPO step's split (rollout / train step / weight push).
@@ -106,10 +106,14 @@ if not steps:
 kept = steps[1:] or steps
 mean = {k: sum(v[s] for s in kept if s in v) / max(1, sum(s in v for s in kept)) for k, v in by_key.items()}
 step_s = mean["time/step_s"]
-parts = [("generate", "time/generate_s"), ("train", "time/train_s"), ("weight push", "time/weight_push_s")]
+# "generate" is what the step waited for: with overlapped rollouts (trainer.off_policy_steps=1, the default) the
+# next step's play runs while this one trains, so the play's own time (time/generate_s) is not part of the step.
+waited = "time/generate_wait_s" if "time/generate_wait_s" in mean else "time/generate_s"
+parts = [("generate", waited), ("train", "time/train_s"), ("weight push", "time/weight_push_s")]
 print(f"recipe step split (mean of steps {kept[0]}-{kept[-1]}): "
       + ", ".join(f"{name} {mean.get(k, 0.0):.3f}s ({100 * mean.get(k, 0.0) / step_s:.0f}%)" for name, k in parts)
-      + f"; step {step_s:.3f}s (step 1: {by_key['time/step_s'][steps[0]]:.3f}s)")
+      + f"; step {step_s:.3f}s (step 1: {by_key['time/step_s'][steps[0]]:.3f}s); "
+      f"the plays themselves {mean.get('time/generate_s', 0.0):.3f}s")
 trained = [s for s in steps if by_key.get("train/tokens", {}).get(s, 0) > 0]
 print(f"recipe throughput: generate {mean.get('perf/generate_tokens_per_s', 0):,.0f} model tokens/s, "
       f"train {mean.get('perf/train_tokens_per_s', 0):,.0f} loss tokens/s, train/reward {mean.get('train/reward', 0):.3f}; "
