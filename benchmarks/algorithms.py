@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning import compose, eval_both, plan_for  # noqa: E402 - the sibling benchmark's helpers
+from learning import compose, eval_both, plan_for, row  # noqa: E402 - the sibling benchmark's helpers
 
 RECIPE = "gridsim_beat_teacher"
 
@@ -187,15 +187,11 @@ def temps(args: argparse.Namespace, extra: list[str]) -> None:
     plan = plan_for(cfg, home / "run-temps")
     print(f"\n## {model}, {cfg.trainer.eval_limit or 'all'} eval days\n")
     print("| decoding | 1h | 2h | 4h | all |\n|---|---|---|---|---|")
-    greedy = None
-    for temp in args.temps:
-        m, _ = eval_both(cfg, plan, model, cfg.trainer.eval_limit, temp)
-        print(f"| sampled T={temp} | " + " | ".join(f"{m[f'eval/reward_{h}h']:.3f}" for h in (1, 2, 4)) +
-              f" | {m['eval/reward']:.3f} |", flush=True)
-        greedy = m
-    if greedy:
-        print("| greedy-decoded | " + " | ".join(f"{greedy[f'eval_greedy/reward_{h}h']:.3f}" for h in (1, 2, 4)) +
-              f" | {greedy['eval_greedy/reward']:.3f} |")
+    for i, temp in enumerate(args.temps):
+        last = i == len(args.temps) - 1  # the greedy-decoded eval once, with the last temperature's
+        m, _ = eval_both(cfg, plan, model, cfg.trainer.eval_limit, temp, greedy_too=last)
+        for name, prefix in [(f"sampled T={temp}", "eval")] + [("greedy-decoded", "eval_greedy")] * last:
+            print(row(name, m, prefix), flush=True)
 
 
 def main() -> None:

@@ -37,16 +37,20 @@ def plan_for(cfg, run_dir: Path):
     return build_plan(cfg, choices={}, run_dir=run_dir)
 
 
-def eval_both(cfg, plan, model_path: str, limit: int | None, temperature: float):
+def eval_both(cfg, plan, model_path: str, limit: int | None, temperature: float, greedy_too: bool = True):
+    """Sampled at `temperature` (eval/*) and, with `greedy_too`, greedy-decoded (eval_greedy/*); and the sampled
+    per-task rewards."""
     from agentrl.trainers.evaluate import evaluate
     from agentrl.trainers.services import start_services
 
     svc = start_services(cfg, plan, model_path)
+    greedy: dict[str, float] = {}
     try:
         sampled, played_s = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=limit, temperature=temperature,
                                      seed_parts=(cfg.seed, "bench"))
-        greedy, played_g = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=limit, temperature=0.0,
-                                    prefix="eval_greedy")
+        if greedy_too:
+            greedy, _ = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=limit, temperature=0.0,
+                                 prefix="eval_greedy")
     finally:
         svc.close()
     return sampled | greedy, [p.reward for p in played_s]

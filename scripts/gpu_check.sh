@@ -108,8 +108,7 @@ mean = {k: sum(v[s] for s in kept if s in v) / max(1, sum(s in v for s in kept))
 step_s = mean["time/step_s"]
 # "generate" is what the step waited for: with overlapped rollouts (trainer.off_policy_steps=1, the default) the
 # next step's play runs while this one trains, so the play's own time (time/generate_s) is not part of the step.
-waited = "time/generate_wait_s" if "time/generate_wait_s" in mean else "time/generate_s"
-parts = [("generate", waited), ("train", "time/train_s"), ("weight push", "time/weight_push_s")]
+parts = [("generate", "time/generate_wait_s"), ("train", "time/train_s"), ("weight push", "time/weight_push_s")]
 print(f"recipe step split (mean of steps {kept[0]}-{kept[-1]}): "
       + ", ".join(f"{name} {mean.get(k, 0.0):.3f}s ({100 * mean.get(k, 0.0) / step_s:.0f}%)" for name, k in parts)
       + f"; step {step_s:.3f}s (step 1: {by_key['time/step_s'][steps[0]]:.3f}s); "

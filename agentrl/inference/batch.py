@@ -9,6 +9,7 @@ these pieces can be checked on plain tensors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -82,7 +83,7 @@ class DecodeBatch:
 
 
 def prefill_inputs(
-    prompts: list[list[int]], pad_id: int, device: torch.device
+    prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-padded `input_ids`, `attention_mask` and `position_ids` [B, max prompt length] on `device`."""
     width = max(len(p) for p in prompts)

@@ -358,7 +358,7 @@ class EmbeddedEngine:
         # request its own copy of that row's cache (n x fewer prefill tokens; decoding is per row as before).
         distinct: dict[tuple[int, ...], int] = {}
         rows = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in reqs]
-        ids, mask, pos = prefill_inputs([list(p) for p in distinct], self.pad_id, self.device)
+        ids, mask, pos = prefill_inputs(list(distinct), self.pad_id, self.device)
         logits, cache = self._forward(ids, mask, pos, DynamicCache(config=self.model.config))
         if len(distinct) < len(reqs):
             index = torch.tensor(rows, device=self.device)
