@@ -124,7 +124,7 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=200)
     ap.add_argument("--contended", action="store_true", help="slowdown beside one busy process (see above)")
     ap.add_argument("--settings", default=None,
-                    help=f"--contended: comma-separated names among {', '.join(CONTENDED_SETTINGS)} (default: all)")
+                    help=f"--contended: names separated by ';' among {'; '.join(CONTENDED_SETTINGS)} (default: all)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="agentrl-bench-threads-"))
     warm = args.warm_start
@@ -133,7 +133,7 @@ def main() -> None:
         warm = str(next((root / "warm").rglob("checkpoints/sft/*/config.json")).parent)
     if args.contended:
         contended(root, warm, args.rounds, args.grpo_steps, args.sft_steps,
-                  args.settings.split(",") if args.settings else None)
+                  [n.strip() for n in args.settings.split(";")] if args.settings else None)
         return
     grpo: dict[int, list[dict[str, float]]] = {0: [], 1: []}
     sft: dict[int, list[float]] = {0: [], 1: []}

@@ -109,6 +109,7 @@ class WarmStartConfig:
     batch_samples: int = 32  # demonstrations per SFT step
     warmup_steps: int = 50
     augment: int = 0  # extra demonstrations per task from the bundle's variants (GridSim: other batteries)
+    generated: int = 0  # extra demonstrations of tasks the bundle generates (GridSim: fresh train-date days)
     weight_decay: float = 0.0
 
 
@@ -180,6 +181,7 @@ class SFTTrainerConfig(TrainerConfig):
     batch_samples: int = 32  # transcripts per optimizer step
     warmup_steps: int = 50
     augment: int = 0  # extra demonstrations per task from the bundle's variants (GridSim: other batteries)
+    generated: int = 0  # extra demonstrations of tasks the bundle generates (GridSim: fresh train-date days)
     weight_decay: float = 0.0
     eval_every: int = 250
     eval_temperature: float = 1.1  # sampled eval; a greedy-decoded eval is reported beside it at the end

@@ -120,3 +120,8 @@ class Bundle(ABC):
         """A variant of task `index` (drawn with `rng`, a `random.Random`) played by `teacher`: extra SFT data
         (`trainer.augment`) from the split's own tasks. Optional."""
         raise NotImplementedError(f"bundle {self.name!r} has no demonstration variants (set trainer.augment=0)")
+
+    def generated_demonstration(self, index: int, teacher: str, seed: int) -> list[dict[str, Any]]:
+        """Task `index` of a stream the bundle generates beyond its stored splits (keyed by `seed`, never an eval
+        task) played by `teacher`: extra SFT data (`trainer.generated`). Optional."""
+        raise NotImplementedError(f"bundle {self.name!r} generates no extra tasks (set trainer.generated=0)")

@@ -66,9 +66,9 @@ def _run_agent(cfg: DictConfig) -> Any:
 def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any = None, agent: Any = _UNSET) -> Path:
     """Where the SFT result for these settings lives: reused by every run that asks for the same warm start.
 
-    The key holds the bundle, its data options, the train split, the base model, the seed and `SFT_SETTINGS`,
-    and, for an agent that makes role demonstrations, its pattern and `demonstration_options()` (the folder
-    name then says the pattern): two patterns never share a warm start. `bundle` and `agent` are the run's
+    The key holds the bundle, its data options, the train split, the base model, the seed, `SFT_SETTINGS`,
+    `generated` when set, and, for an agent that makes role demonstrations, its pattern and
+    `demonstration_options()` (the folder name then says the pattern): two patterns never share a warm start. `bundle` and `agent` are the run's
     (built from `cfg.env` and `cfg.agent` when not given).
     """
     env = cfg.env
@@ -79,6 +79,8 @@ def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any = None, agen
     agent = _run_agent(cfg) if agent is _UNSET else agent
     parts = [env.bundle, data_key(bundle), env.train_split, cfg.model.path, cfg.seed,
              *(settings[k] for k in SFT_SETTINGS)]
+    if settings.get("generated"):  # a later setting: keys without it keep the folder names cached before it
+        parts.append(f"generated={int(settings['generated'])}")
     label = Path(str(env.bundle)).name
     if role_demonstrations(agent):
         # Only role-aware warm starts get the extra part: the tool-calling agent's folders keep their names.
@@ -99,27 +101,47 @@ def demonstration_chats(bundle: Any, split: str, index: int, teacher: str, augme
     transcripts = [bundle.demonstration(split, index, teacher)]
     transcripts += [bundle.demonstration_variant(split, index, teacher, rng) for _ in range(augment)]
     tools = getattr(bundle, "tools", None) or bundle.episode(split, index).first_turn().tools or None
+    return _as_chats(transcripts, tools, agent, rng)
+
+
+def generated_chats(bundle: Any, index: int, teacher: str, seed: int = 0, agent: Any = None,
+                    tools: list[dict[str, Any]] | None = None) -> list[tuple[list[dict[str, Any]], Any]]:
+    """(messages, tools) of generated task `index` (`Bundle.generated_demonstration`), as `demonstration_chats`."""
+    transcript = bundle.generated_demonstration(index, teacher, seed)
+    return _as_chats([transcript], tools, agent, random.Random(f"{seed}/generated/{index}"))
+
+
+def _as_chats(transcripts: list[list[dict[str, Any]]], tools: Any, agent: Any,
+              rng: random.Random) -> list[tuple[list[dict[str, Any]], Any]]:
     if not role_demonstrations(agent):
         return [(messages, tools) for messages in transcripts]
     return [(d.messages, d.tools or None) for t in transcripts for d in agent.demonstrations(t, tools, rng)]
 
 
 def encode_demonstrations(tokenizer: Any, bundle: Any, split: str, teacher: str, limit: int | None = None,
-                          augment: int = 0, seed: int = 0, agent: Any = None) -> list[tuple[list[int], list[int]]]:
-    """(token ids, assistant mask) per demonstration chat (`demonstration_chats`), cut after the last
-    assistant token."""
+                          augment: int = 0, seed: int = 0, agent: Any = None,
+                          generated: int = 0) -> list[tuple[list[int], list[int]]]:
+    """(token ids, assistant mask) per demonstration chat (`demonstration_chats` of each task of `split`, then
+    `generated_chats` of `generated` generated tasks), cut after the last assistant token."""
+    if generated < 0:
+        raise ValueError(f"trainer.generated must be >= 0 (extra generated demonstrations), got {generated}")
     count = bundle.splits()[split] if limit is None else min(limit, bundle.splits()[split])
+    chats = [(f"{split}/{i}", chat) for i in range(count)
+             for chat in demonstration_chats(bundle, split, i, teacher, augment, seed, agent)]
+    if generated:
+        tools = getattr(bundle, "tools", None) or bundle.episode(split, 0).first_turn().tools or None
+        chats += [(f"generated/{i}", chat) for i in range(generated)
+                  for chat in generated_chats(bundle, i, teacher, seed, agent, tools)]
     out = []
-    for i in range(count):
-        for messages, tools in demonstration_chats(bundle, split, i, teacher, augment, seed, agent):
-            enc = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
-                                                return_assistant_tokens_mask=True)
-            ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
-            if not any(mask):
-                raise ValueError(f"demonstration {split}/{i}: the chat template marks no assistant tokens "
-                                 "(it needs {% generation %} blocks)")
-            end = max(j for j, m in enumerate(mask) if m) + 1
-            out.append((ids[:end], mask[:end]))
+    for name, (messages, tools) in chats:
+        enc = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
+                                            return_assistant_tokens_mask=True)
+        ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
+        if not any(mask):
+            raise ValueError(f"demonstration {name}: the chat template marks no assistant tokens "
+                             "(it needs {% generation %} blocks)")
+        end = max(j for j, m in enumerate(mask) if m) + 1
+        out.append((ids[:end], mask[:end]))
     return out
 
 
@@ -274,7 +296,8 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
     started = time.monotonic()
     agent = getattr(plan, "agent", None)
     data = encode_demonstrations(tokenizer, plan.bundle, cfg.env.train_split, teacher,
-                                 augment=int(settings["augment"]), seed=int(cfg.seed), agent=agent)
+                                 augment=int(settings["augment"]), seed=int(cfg.seed), agent=agent,
+                                 generated=int(settings.get("generated") or 0))
     kind = f"{type(agent).__name__} role" if role_demonstrations(agent) else "single-agent"
     log.info("SFT on %d %s %s demonstrations of %s for %d steps on %s", len(data), kind, teacher,
              plan.bundle.name, steps, device)

@@ -267,6 +267,28 @@ def test_demonstration_variant_is_the_same_day_with_another_battery_played_optim
     assert seen == {1, 2, 4}
 
 
+def test_generated_days_are_fresh_train_date_days_played_by_the_teacher() -> None:
+    from agentrl.envs.gridsim.tasks import generated_task, split_dates
+
+    bundle = load_bundle("gridsim", prompt_style="compact")
+    train_dates, eval_dates = set(map(str, split_dates()["train"])), set(map(str, split_dates()["eval"]))
+    stored = {tuple(r["prices"]) for r in bundle.rows("train")}
+    records = [generated_task(i, seed=3) for i in range(300)]
+    assert all(r["date"] in train_dates and r["date"] not in eval_dates for r in records)
+    assert not stored & {tuple(r["prices"]) for r in records}  # new days, not the stored pack's
+    assert len({tuple(r["prices"]) for r in records}) == 300
+    assert {r["battery"]["duration_h"] for r in records} == {1, 2, 4}
+    assert generated_task(7, seed=3) == records[7] and generated_task(7, seed=4) != records[7]
+    for teacher in ("optimal", "greedy"):
+        msgs = bundle.generated_demonstration(7, teacher, seed=3)
+        schedule = json.loads(msgs[2]["tool_calls"][0]["function"]["arguments"])["schedule"]
+        key = "optimal_schedule" if teacher == "optimal" else "greedy_schedule"
+        assert schedule == records[7][key]
+        assert json.loads(msgs[3]["content"])["reward"] == (1.0 if teacher == "optimal" else records[7]["greedy_score"])
+    with pytest.raises(IndexError):
+        generated_task(-1)
+
+
 def test_compact_style_serves_a_short_tool_schema_for_the_same_arguments() -> None:
     from agentrl.envs.gridsim import SUBMIT_SCHEDULE_TOOL
 

@@ -83,6 +83,20 @@ def test_augmented_demonstrations_add_other_batteries_for_the_same_days(tiny) ->
     assert data != encode_demonstrations(tok, bundle, "train", "optimal", limit=3, augment=2, seed=6)
 
 
+def test_generated_demonstrations_follow_the_split_s_and_are_seeded(tiny) -> None:
+    _, tok = tiny
+    bundle = load_bundle("gridsim", prompt_style="compact")
+    plain = encode_demonstrations(tok, bundle, "train", "optimal", limit=2)
+    data = encode_demonstrations(tok, bundle, "train", "optimal", limit=2, generated=3, seed=5)
+    assert len(data) == 5 and data[:2] == plain and len(set(map(str, data))) == 5
+    assert data == encode_demonstrations(tok, bundle, "train", "optimal", limit=2, generated=3, seed=5)
+    assert data[2:] != encode_demonstrations(tok, bundle, "train", "optimal", limit=2, generated=3, seed=6)[2:]
+    with pytest.raises(NotImplementedError, match="generated=0"):
+        encode_demonstrations(tok, load_bundle("arith"), "train", "optimal", limit=1, generated=1)
+    with pytest.raises(ValueError, match=">= 0"):
+        encode_demonstrations(tok, bundle, "train", "optimal", limit=1, generated=-1)
+
+
 def _former_lr_factor(step: int, steps: int, warmup: int) -> float:
     """The hand-written schedule SFT used before transformers' (kept here as the reference)."""
     import math
@@ -128,6 +142,22 @@ def test_sft_cache_folder_names_stay_those_of_cached_warm_starts() -> None:
         cfg = OmegaConf.create({"env": env, "model": {"path": "/m/tiny"}, "seed": 0, "paths": {"checkpoint_dir": "/ck"}})
         bundle = load_bundle(name, **({"prompt_style": style} if style else {}))
         assert sft_checkpoint_path(cfg, settings, bundle) == Path("/ck/sft") / folder
+
+
+def test_generated_demonstrations_change_the_sft_cache_key_only_when_set() -> None:
+    from omegaconf import OmegaConf
+
+    from agentrl.trainers.sft import sft_checkpoint_path
+
+    settings = dict(teacher="optimal", steps=1500, lr=3e-3, batch_samples=32, warmup_steps=50, augment=7,
+                    weight_decay=0.0)
+    cfg = OmegaConf.create({"env": {"bundle": "gridsim", "train_split": "train", "prompt_style": "compact"},
+                            "model": {"path": "/m/tiny"}, "seed": 0, "paths": {"checkpoint_dir": "/ck"}})
+    bundle = load_bundle("gridsim", prompt_style="compact")
+    before = sft_checkpoint_path(cfg, settings, bundle)
+    assert sft_checkpoint_path(cfg, {**settings, "generated": 0}, bundle) == before
+    more = {sft_checkpoint_path(cfg, {**settings, "generated": n}, bundle) for n in (1000, 2000)}
+    assert len(more) == 2 and before not in more
 
 
 def test_a_data_option_changes_the_sft_cache_key(tmp_path: Path) -> None:

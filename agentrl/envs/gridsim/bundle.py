@@ -11,7 +11,7 @@ from agentrl.envs.task import TaskInfo
 from .battery import UNITS_PER_USD, Battery, greedy, optimum
 from .episode import GridSimEpisode, parse_day
 from .prompts import PROMPT_STYLES, TOOL_NAME, system_prompt, tool_schema, user_prompt
-from .tasks import DURATIONS, EFFICIENCIES, POWERS, cents_of
+from .tasks import DURATIONS, EFFICIENCIES, POWERS, cents_of, generated_task
 
 TEACHERS = ("optimal", "greedy")
 # Public facts a TaskInfo may carry; everything else in a record (optimum, greedy) stays hidden.
@@ -40,11 +40,7 @@ class GridSimBundle(FolderBundle):
         key = (split, index)
         info = self._infos.get(key)
         if info is None:
-            r = self.row(split, index)
-            extra = {k: r[k] for k in _PUBLIC}
-            extra.update(r["battery"])
-            info = TaskInfo(task_id=r["task_id"], split=split, index=index, extra=extra)
-            self._infos[key] = info
+            info = self._infos[key] = _info_of(self.row(split, index), split, index)
         return info
 
     def episode(self, split: str, index: int) -> GridSimEpisode:
@@ -77,13 +73,22 @@ class GridSimBundle(FolderBundle):
                       greedy_schedule=greedy(cents, battery))
         return self._played(record, split, index, teacher)
 
-    def _played(self, record: dict[str, Any], split: str, index: int, teacher: str) -> list[dict[str, Any]]:
+    def generated_demonstration(self, index: int, teacher: str, seed: int) -> list[dict[str, Any]]:
+        """Day `index` of a generated stream (`tasks.generated_task`: train dates, fresh prices and battery, never
+        an eval date) played by `teacher`. The 2,000 stored train days are few for imitating the optimum; the
+        generator makes as many more as SFT asks for, at ~0.1 ms each."""
+        record = generated_task(index, seed)
+        return self._played(record, "generated", index, teacher, _info_of(record, "generated", index))
+
+    def _played(self, record: dict[str, Any], split: str, index: int, teacher: str,
+                info: TaskInfo | None = None) -> list[dict[str, Any]]:
         if teacher not in TEACHERS:
             raise ValueError(f"gridsim teacher must be one of {TEACHERS}, not {teacher!r}")
         schedule = record["optimal_schedule" if teacher == "optimal" else "greedy_schedule"]
         arguments = json.dumps({"schedule": schedule})
         prompt = user_prompt(record, self.prompt_style)
-        episode = GridSimEpisode(record, self.task_info(split, index), self.prompt_style, parse_day(record), prompt)
+        info = self.task_info(split, index) if info is None else info
+        episode = GridSimEpisode(record, info, self.prompt_style, parse_day(record), prompt)
         result = episode.call_tool(TOOL_NAME, {"schedule": schedule})
         call_id = f"call_{split}_{index}"
         return [
@@ -97,3 +102,9 @@ class GridSimBundle(FolderBundle):
     @property
     def tools(self) -> list[dict[str, Any]]:
         return [tool_schema(self.prompt_style)]
+
+
+def _info_of(record: dict[str, Any], split: str, index: int) -> TaskInfo:
+    extra = {k: record[k] for k in _PUBLIC}
+    extra.update(record["battery"])
+    return TaskInfo(task_id=record["task_id"], split=split, index=index, extra=extra)

@@ -49,7 +49,19 @@ def make_task(split: str, index: int) -> dict[str, Any]:
         raise KeyError(f"gridsim has no split {split!r}; splits are {sorted(SPLIT_SIZES)}")
     if not 0 <= index < SPLIT_SIZES[split]:
         raise IndexError(f"gridsim {split} index {index} is out of range 0..{SPLIT_SIZES[split] - 1}")
-    rng = Rng.from_key(f"{GENERATOR_VERSION}/{split}/{index}")
+    return _draw_task(Rng.from_key(f"{GENERATOR_VERSION}/{split}/{index}"), split, index)
+
+
+def generated_task(index: int, seed: int = 0) -> dict[str, Any]:
+    """Task `index` of an unbounded train-like stream keyed by `seed`: the train split's dates (never an eval
+    date), batteries and price generator, drawn from keys no stored task uses. Extra SFT data
+    (`trainer.warm_start.generated`); its records say split "generated"."""
+    if index < 0:
+        raise IndexError(f"gridsim generated task index must be >= 0, got {index}")
+    return _draw_task(Rng.from_key(f"{GENERATOR_VERSION}/generated/{seed}/{index}"), "generated", index)
+
+
+def _draw_task(rng: Rng, split: str, index: int) -> dict[str, Any]:
     points = list(SETTLEMENT_POINTS)
     point_weights = [SETTLEMENT_POINTS[p][4] for p in points]
     if split == "eval":
