@@ -25,8 +25,9 @@ sys.path.insert(0, str(REPO))
 
 from agentrl.envs.bundles import load_bundle  # noqa: E402
 from agentrl.models.tiny import ensure_tiny_model  # noqa: E402
+from agentrl.trainers.demonstrations import encode_demonstrations  # noqa: E402
 from agentrl.trainers.forward import first_loss_column, next_token_logits  # noqa: E402
-from agentrl.trainers.sft import encode_demonstrations, sft_batch  # noqa: E402
+from agentrl.trainers.sft import sft_batch  # noqa: E402
 
 
 def loss_with(mode: str, model, ids, attn, targets) -> torch.Tensor:

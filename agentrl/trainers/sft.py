@@ -17,7 +17,7 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from agentrl.devices import model_device, set_threads, train_device
 from agentrl.fsutil import atomic_dir
+from agentrl.trainers.demonstrations import demonstration_data, role_demonstrations
 from agentrl.trainers.evaluate import evaluate
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 
@@ -47,11 +48,6 @@ def data_key(bundle: Any) -> str:
     """
     options = bundle.data_options() if hasattr(bundle, "data_options") else {}
     return "|".join(map(str, options.values())) if options else "None"
-
-
-def role_demonstrations(agent: Any) -> bool:
-    """True when the agent makes its own role demonstrations (a multi-agent pattern's `demonstrations`)."""
-    return callable(getattr(agent, "demonstrations", None))
 
 
 def _run_agent(cfg: DictConfig) -> Any:
@@ -89,60 +85,6 @@ def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any = None, agen
         label += f"-{options['pattern']}"
     digest = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:10]
     return Path(cfg.paths.checkpoint_dir) / "sft" / f"{label}-{settings['teacher']}-s{settings['steps']}-{digest}"
-
-
-def demonstration_chats(bundle: Any, split: str, index: int, teacher: str, augment: int = 0, seed: int = 0,
-                        agent: Any = None) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]]:
-    """(messages, tools) of every chat task `index` contributes to SFT: the bundle's demonstration and its
-    `augment` variants (drawn with a generator seeded by `seed` and the task's index: reproducible), each as
-    the single agent plays it, or, for an agent with roles (`role_demonstrations`), as the agent's role turns
-    with the teacher's answer (`agent.demonstrations`, rendered with the tools that role is sent)."""
-    rng = random.Random(f"{seed}/{split}/{index}")
-    transcripts = [bundle.demonstration(split, index, teacher)]
-    transcripts += [bundle.demonstration_variant(split, index, teacher, rng) for _ in range(augment)]
-    tools = getattr(bundle, "tools", None) or bundle.episode(split, index).first_turn().tools or None
-    return _as_chats(transcripts, tools, agent, rng)
-
-
-def generated_chats(bundle: Any, index: int, teacher: str, seed: int = 0, agent: Any = None,
-                    tools: list[dict[str, Any]] | None = None) -> list[tuple[list[dict[str, Any]], Any]]:
-    """(messages, tools) of generated task `index` (`Bundle.generated_demonstration`), as `demonstration_chats`."""
-    transcript = bundle.generated_demonstration(index, teacher, seed)
-    return _as_chats([transcript], tools, agent, random.Random(f"{seed}/generated/{index}"))
-
-
-def _as_chats(transcripts: list[list[dict[str, Any]]], tools: Any, agent: Any,
-              rng: random.Random) -> list[tuple[list[dict[str, Any]], Any]]:
-    if not role_demonstrations(agent):
-        return [(messages, tools) for messages in transcripts]
-    return [(d.messages, d.tools or None) for t in transcripts for d in agent.demonstrations(t, tools, rng)]
-
-
-def encode_demonstrations(tokenizer: Any, bundle: Any, split: str, teacher: str, limit: int | None = None,
-                          augment: int = 0, seed: int = 0, agent: Any = None,
-                          generated: int = 0) -> list[tuple[list[int], list[int]]]:
-    """(token ids, assistant mask) per demonstration chat (`demonstration_chats` of each task of `split`, then
-    `generated_chats` of `generated` generated tasks), cut after the last assistant token."""
-    if generated < 0:
-        raise ValueError(f"trainer.generated must be >= 0 (extra generated demonstrations), got {generated}")
-    count = bundle.splits()[split] if limit is None else min(limit, bundle.splits()[split])
-    chats = [(f"{split}/{i}", chat) for i in range(count)
-             for chat in demonstration_chats(bundle, split, i, teacher, augment, seed, agent)]
-    if generated:
-        tools = getattr(bundle, "tools", None) or bundle.episode(split, 0).first_turn().tools or None
-        chats += [(f"generated/{i}", chat) for i in range(generated)
-                  for chat in generated_chats(bundle, i, teacher, seed, agent, tools)]
-    out = []
-    for name, (messages, tools) in chats:
-        enc = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
-                                            return_assistant_tokens_mask=True)
-        ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
-        if not any(mask):
-            raise ValueError(f"demonstration {name}: the chat template marks no assistant tokens "
-                             "(it needs {% generation %} blocks)")
-        end = max(j for j, m in enumerate(mask) if m) + 1
-        out.append((ids[:end], mask[:end]))
-    return out
 
 
 def lr_schedule(optimizer: torch.optim.Optimizer, steps: int, warmup: int) -> Any:
@@ -198,7 +140,7 @@ def save_hf_folder(model: Any, tokenizer: Any, target: Path) -> Path:
     return target
 
 
-def train_sft(model: Any, tokenizer: Any, data: list[tuple[list[int], list[int]]], *, steps: int, lr: float,
+def train_sft(model: Any, tokenizer: Any, data: Sequence[tuple[list[int], list[int]]], *, steps: int, lr: float,
               batch_samples: int, warmup_steps: int, seed: int, on_step: Callable[[int, float], None] | None = None,
               on_eval: Callable[[int], None] | None = None, eval_every: int = 0,
               weight_decay: float = 0.0) -> float:
@@ -295,7 +237,7 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
     teacher, steps = str(settings["teacher"]), int(settings["steps"])
     started = time.monotonic()
     agent = getattr(plan, "agent", None)
-    data = encode_demonstrations(tokenizer, plan.bundle, cfg.env.train_split, teacher,
+    data = demonstration_data(tokenizer, plan.bundle, cfg.env.train_split, teacher,
                                  augment=int(settings["augment"]), seed=int(cfg.seed), agent=agent,
                                  generated=int(settings.get("generated") or 0))
     kind = f"{type(agent).__name__} role" if role_demonstrations(agent) else "single-agent"

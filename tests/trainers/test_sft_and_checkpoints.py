@@ -11,7 +11,8 @@ import torch
 from agentrl.envs.bundles import load_bundle
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.trainers import checkpoint as ckpt
-from agentrl.trainers.sft import encode_demonstrations, save_hf_folder, train_sft
+from agentrl.trainers.demonstrations import encode_demonstrations
+from agentrl.trainers.sft import save_hf_folder, train_sft
 
 SMALL = dict(seed=0, vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
              intermediate_size=64, max_position_embeddings=512)
@@ -95,6 +96,30 @@ def test_generated_demonstrations_follow_the_split_s_and_are_seeded(tiny) -> Non
         encode_demonstrations(tok, load_bundle("arith"), "train", "optimal", limit=1, generated=1)
     with pytest.raises(ValueError, match=">= 0"):
         encode_demonstrations(tok, bundle, "train", "optimal", limit=1, generated=-1)
+
+
+def test_generated_demonstrations_are_encoded_when_first_drawn(tiny) -> None:
+    from agentrl.trainers.demonstrations import demonstration_data
+
+    _, tok = tiny
+    bundle = load_bundle("gridsim", prompt_style="compact")
+    data = demonstration_data(tok, bundle, "train", "optimal", limit=2, generated=40_000, seed=5)
+    assert len(data) == 40_002 and data.generated.encoded == 1  # task 0 tells how many chats a task gives
+    eager = encode_demonstrations(tok, bundle, "train", "optimal", limit=0, generated=3, seed=5)
+    assert [data[2], data[-1], data[3]] == [eager[0], data[40_001], eager[1]]
+    assert data.generated.encoded == 3  # tasks 0, 1 and the last: nothing else was made
+    with pytest.raises(IndexError):
+        data[40_002]
+
+
+def test_generated_demonstrations_need_as_many_chats_per_task_as_task_0() -> None:
+    from agentrl.trainers.demonstrations import GeneratedDemonstrations
+
+    chat = ([{"role": "user", "content": "x"}], None)
+    data = GeneratedDemonstrations(lambda i: [chat] * (2 if i < 3 else 1), lambda c, name: ([len(name)], [1]), 5)
+    assert len(data) == 10 and data[5] == ([len("generated/2")], [1])  # task 2's second chat
+    with pytest.raises(ValueError, match="task 3 gives 1 demonstration chats, task 0 gave 2"):
+        data[6]
 
 
 def _former_lr_factor(step: int, steps: int, warmup: int) -> float:
