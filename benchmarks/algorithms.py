@@ -31,8 +31,11 @@ RECIPE = "gridsim_beat_teacher"
 
 def cli(home: Path, args: Sequence[str], log: Path, threads: int = 1) -> float:
     """Run `python -m agentrl ARGS` with this benchmark's home and MLflow store; returns its wall seconds."""
-    env = dict(os.environ, AGENTRL_HOME=str(home), MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
-               OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, AGENTRL_HOME=str(home), MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}")
+    env.pop("OMP_NUM_THREADS", None)
+    if threads:  # 0: the run's own choice (the plan's threads line)
+        env["OMP_NUM_THREADS"] = str(threads)
+    log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log.open("w") as out:
         proc = subprocess.run([sys.executable, "-m", "agentrl", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
