@@ -131,8 +131,12 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
     """(2) SFT on the greedy rule's demonstrations, then GRPO with the grader's reward."""
     from agentrl.tracking.mlflow_tracker import MLflowTracker
 
+    # The flagship's settings this part was measured with (before its warm start on generated days at T=0.6):
+    # sampled at T=1.1, the warm start on the stored days with 7 other batteries each.
+    former = ["trainer.temperature=1.1", "trainer.warm_start.generated=0",
+              *(["trainer.warm_start.augment=7"] if args.augment is None else [])]
     cfg2 = compose(["+recipe=gridsim_grpo", f"trainer.steps={args.grpo_steps}", "trainer.warm_start.teacher=greedy",
-                    f"trainer.warm_start.steps={args.sft_steps}", f"trainer.eval_limit={limit or 200}",
+                    f"trainer.warm_start.steps={args.sft_steps}", f"trainer.eval_limit={limit or 200}", *former,
                     *sft_overrides(args, "trainer.warm_start"),
                     "trainer.eval_every=0", "trainer.checkpoint_every=0", *common,
                     *([f"trainer.lr={args.grpo_lr}"] if args.grpo_lr else [])])

@@ -217,10 +217,11 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
         budget = tokens_used(tracker)
         Path(args.home, "compare-co.json").write_text(json.dumps({"final": co_final, "seconds": co_s,
                                                                    "tokens": budget}))
-    # The single agent: the flagship's recipe and settings from the same warm start.
+    # The single agent: the flagship's recipe and settings from the same warm start, sampled (and evaluated) at
+    # the co-evolution run's temperature (the flagship's own is 0.6, co-evolution's 1.1).
     single = argparse.Namespace(**{**vars(args), "recipe": args.single_recipe, "agent": None})
     single_over = [o for o in extra if not o.startswith(("agent.", "trainer.warm_start"))] + \
-        [f"trainer.warm_start.checkpoint={start}"]
+        [f"trainer.warm_start.checkpoint={start}", f"trainer.temperature={cfg.trainer.temperature}"]
     cfg1, plan1 = setup(single, single_over, "compare-single")
     _, tracker1, one_s, one_final = train(cfg1, plan1, token_budget=budget,
                                           seconds_budget=co_s if budget is None else None)
