@@ -64,8 +64,8 @@ def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any = None, agen
 
     The key holds the bundle, its data options, the train split, the base model, the seed, `SFT_SETTINGS`,
     `generated` when set, and, for an agent that makes role demonstrations, its pattern and
-    `demonstration_options()` (the folder name then says the pattern): two patterns never share a warm start. `bundle` and `agent` are the run's
-    (built from `cfg.env` and `cfg.agent` when not given).
+    `demonstration_options()` (the folder name then says the pattern): two patterns never share a warm start.
+    `bundle` and `agent` are the run's (built from `cfg.env` and `cfg.agent` when not given).
     """
     env = cfg.env
     if bundle is None:
