@@ -75,7 +75,11 @@ RC=0
 if [ -z "${GPU_CHECK_SKIP_RECIPE:-}" ]; then
   OVERRIDES=(+recipe=gridsim_grpo inference.device="$DEVICE" trainer.steps="$RECIPE_STEPS" trainer.eval_every=0
     trainer.eval_limit="$RECIPE_EVAL" trainer.checkpoint_every=0 trainer.max_extra_rows=2
-    trainer.warm_start.steps="$RECIPE_SFT" trainer.warm_start.augment=0)
+    trainer.warm_start.steps="$RECIPE_SFT" trainer.warm_start.augment=0 trainer.temperature=1.1
+    trainer.model_failures=penalize)
+  # The check needs steps that train. A warm start this short truncates or garbles many replies: dropped (the
+  # recipe's default), they take their whole group with them, and at the flagship's T=0.6 the rest are alike; kept
+  # at reward 0 and sampled at 1.1, a group's rewards differ.
   # trainer.device came with the GPU training change; an older checkout trains where inference.device says.
   if python3 -c "from agentrl.config.trainer import GRPOTrainerConfig as C; assert 'device' in C.__dataclass_fields__" \
     2>/dev/null; then OVERRIDES+=(trainer.device="$DEVICE"); fi
