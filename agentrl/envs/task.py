@@ -67,6 +67,21 @@ class Episode(ABC):
     def scores(self) -> dict[str, float]:
         """Named scores of the episode so far, e.g. {"grade": 0.73}; {} when nothing was scored."""
 
+    def close(self) -> None:  # noqa: B027 - optional: most episodes hold nothing to release
+        """Release what the episode holds (a remote session, a process). Safe to call twice; never raises."""
+
+
+def opening_turn(bundle: Bundle, split: str, index: int) -> Turn:
+    """Task `index` of `split`'s opening turn, from an episode closed at once: reading a prompt holds nothing
+    open (a remote OpenEnv episode is a server session, and a server holds only so many)."""
+    episode = bundle.episode(split, index)
+    try:
+        return episode.first_turn()
+    finally:
+        close = getattr(episode, "close", None)  # a duck-typed episode may not derive from Episode
+        if callable(close):
+            close()
+
 
 class Bundle(ABC):
     """A set of tasks in named splits. `all` is every task, in split order."""

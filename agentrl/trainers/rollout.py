@@ -16,6 +16,7 @@ from typing import Any
 
 from agentrl.agents.base import HttpSessionPool
 from agentrl.agents.record import Failure, Rollout
+from agentrl.envs.task import opening_turn
 from agentrl.http import async_client
 from agentrl.inference.samples import Sample, assemble_sample
 from agentrl.rewards import RewardGroup, apply_rewards
@@ -29,10 +30,10 @@ def play_seed(*parts: Any) -> int:
 
 def make_row(bundle: Any, split: str, index: int, env_url: str, env_settings: dict[str, Any]) -> dict[str, Any]:
     """A row for task `index` of `split`, served by the env server at `env_url`: the same shape as the rows
-    `agentrl.rows` writes for Miles (messages, and metadata with the task and the server's settings)."""
+    `agentrl.rows` writes for Miles (messages, and metadata with the task and the server's settings). The
+    episode that reads the prompt is closed before this returns: the play opens its own on the env server."""
     info = bundle.task_info(split, index)
-    episode = bundle.episode(split, index)
-    turn = episode.first_turn()
+    turn = opening_turn(bundle, split, index)
     return {
         "messages": [{"role": "system", "content": turn.system_prompt}, {"role": "user", "content": turn.prompt}],
         "metadata": {"split": split, "index": index, "task_id": info.task_id, "tools": turn.tools,

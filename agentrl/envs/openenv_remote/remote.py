@@ -73,6 +73,18 @@ def _json_or_empty(response: httpx.Response) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def capacity_message(url: str, waited: float, refusal: RemoteEnvError) -> str:
+    """Why a session found no room, and what to change: every slot of the server is held by someone."""
+    said = str(refusal).removeprefix(f"env.url={url}: ")
+    return (f"env.url={url} stayed at capacity for {waited:g}s (env.room_timeout; the server said: {said}). "
+            "Every session it allows is held, most likely by sessions nobody closed (a client that opens "
+            "sessions without closing them, or a killed run's sessions the server has not reaped yet: restart "
+            "the server or wait for its idle timeout), or by more episodes at once than its "
+            "max_concurrent_envs: this run plays up to env.server.max_concurrent_envs episodes at once, each "
+            "one remote session, so set that to at most the server's max_concurrent_envs (or raise the "
+            "server's), and count any other client of the same server")
+
+
 class RemoteSession:
     """One WebSocket session (one env instance) on the remote server, opened by its first reset."""
 
@@ -107,9 +119,7 @@ class RemoteSession:
                     raise
                 self.close()
                 if time.monotonic() + delay > deadline:
-                    raise RemoteEnvError(f"env.url={self.url} stayed at capacity for {self._room_timeout:g}s "
-                                         "(env.room_timeout); raise the server's max_concurrent_envs or lower "
-                                         "env.server.max_concurrent_envs", exc.code) from exc
+                    raise RemoteEnvError(capacity_message(self.url, self._room_timeout, exc), exc.code) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
