@@ -23,6 +23,7 @@ from agentrl.agents.chat import ChatError, ChatReply, chat, estimate_tokens, var
 from agentrl.agents.record import Failure, Play, Rollout, miles_metadata
 from agentrl.config.agent import ToolCallingAgentConfig
 from agentrl.config.env import EnvServerConfig
+from agentrl.envs import strict_json
 from agentrl.envs.client import (
     CallResult,
     EnvAuthError,
@@ -93,11 +94,13 @@ def _initial_messages(prompt: Any, system_prompt: str, user_prompt: str) -> list
 
 
 def _parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str]:
-    if isinstance(raw, dict):
-        return raw, ""
     try:
-        value = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError as exc:
+        if isinstance(raw, dict):
+            strict_json.dumps(raw)
+            return raw, ""
+        # Strict: NaN or Infinity would be refused by the env server, ending the episode as an env error.
+        value = strict_json.loads(raw) if isinstance(raw, str) else raw
+    except (ValueError, TypeError) as exc:
         return None, f"not valid JSON ({exc})"
     if not isinstance(value, dict):
         return None, f"a JSON {type(value).__name__}, not an object"

@@ -3,7 +3,8 @@
 It speaks the OpenEnv `/ws` protocol (any OpenEnv server that carries metadata in its observations
 works). A reset waits for room on a full server, and for one that answers 503 while it restarts, until
 `reset_timeout`; but when nothing listens at the URL at all (connection refused, unknown host, no
-route) it gives up after `connect_timeout` with `EnvUnreachableError`. Every failure is a typed
+route), or the process there never answers the handshake (frozen), it gives up after `connect_timeout`
+with `EnvUnreachableError`. Every failure is a typed
 `EnvClientError`, never a hang.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -20,6 +22,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from agentrl.envs import strict_json
 from agentrl.envs.connection import (
     Deadlines,
     EnvAuthError,
@@ -142,7 +145,7 @@ class EpisodeClient:
             raise EnvConnectionError("not connected to the env server; call reset() first")
         try:
             try:
-                await ws.send(json.dumps(frame))
+                await ws.send(strict_json.dumps(frame))
             except ConnectionClosed:
                 pass  # a reply the server sent before closing (e.g. capacity) may still be queued
             raw = await asyncio.wait_for(ws.recv(), timeout)
@@ -156,11 +159,14 @@ class EpisodeClient:
                 raise EnvAuthError(f"{self.url} refused the bearer token (close 1008)") from exc
             raise EnvConnectionError(f"the env server closed the connection (code {code})") from exc
         try:
-            reply = json.loads(raw)
+            # Strict: a reply holding NaN or Infinity is not JSON, and its numbers (a reward) cannot be trusted.
+            reply = strict_json.loads(raw)
             data = reply["data"]
         except (ValueError, KeyError, TypeError) as exc:
             await self._drop()
-            raise EnvProtocolError(f"the env server sent a malformed frame: {raw!r:.200}") from exc
+            why = f" ({exc})" if isinstance(exc, ValueError) else ""
+            raise EnvProtocolError(f"the env server sent a frame that is not strict JSON or lacks its data{why}: "
+                                   f"{raw!r:.200}") from exc
         if reply.get("type") == "error":
             raise EnvProtocolError(f"{data.get('message')} ({data.get('code')})", data.get("code"), data)
         return data
@@ -192,6 +198,7 @@ class EpisodeClient:
 
     async def _try_reset(self, split: str, index: int, clock: Deadlines) -> dict[str, Any]:
         """One attempt: connect if needed and send the reset. `Retry` when it may work later."""
+        started = time.monotonic()
         try:
             if self._ws is None:
                 self._ws = await open_connection(self.url, self._headers, clock.remaining(), self.connect_timeout)
@@ -208,7 +215,7 @@ class EpisodeClient:
             except EnvConnectionError as exc:  # the server went away: wait for it to come back
                 raise Retry(exc, unreachable=False) from exc
         except Retry as exc:
-            clock.note(exc.unreachable)
+            clock.note(exc.unreachable, started)
             raise
         return data
 
@@ -222,6 +229,10 @@ class EpisodeClient:
             arguments = {}
         if not isinstance(arguments, dict):
             raise TypeError(f"tool arguments must be a dict, not {type(arguments).__name__}")
+        try:
+            strict_json.dumps(arguments)
+        except ValueError as exc:  # checked here: sending would fail with the connection's state unclear
+            raise ValueError(f"the arguments of {name!r} are not JSON: {exc}") from None
         if self._ws is None:
             raise EnvConnectionError("not connected to the env server (the connection was lost); call reset()")
         frame = {"type": "step", "data": {"type": "call_tool", "tool_name": name, "arguments": arguments}}

@@ -67,6 +67,23 @@ async def test_invalid_json_arguments_are_answered_and_counted(gridsim_bundle, g
     assert answers[0]["tool_call_id"] == chat.requests[-1]["messages"][2]["tool_calls"][0]["id"]
 
 
+async def test_nan_in_a_models_arguments_is_an_invalid_call_and_never_reaches_the_env(gridsim_bundle, gridsim_url):
+    """`NaN`/`Infinity` are not JSON: answered like malformed arguments, so no GridSim submission is spent on them
+    (the env server would refuse the frame and the episode would end as an env error)."""
+    schedule = gridsim_bundle.row("eval", 2)["optimal_schedule"]
+    chat = ScriptedChat([
+        Reply(tool_calls=[tool_call("submit_schedule", '{"schedule": [NaN' + ", 0" * 23 + "]}")]),
+        Reply(tool_calls=[tool_call("submit_schedule", '{"schedule": [1e400' + ", 0" * 23 + "]}")]),
+        Reply(tool_calls=[tool_call("submit_schedule", {"schedule": schedule})]),
+    ])
+    with chat.serve() as chat_url:
+        out = await run(open_session(chat_url), None, {}, {"url": gridsim_url, "split": "eval", "index": 2})
+    assert out["reward"] == 1.0 and "agentenv_failure" not in out
+    assert out["agentenv_invalid_calls"] == 2 and out["agentenv_tool_calls"] == 1
+    answers = [m["content"] for m in chat.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "NaN is not a JSON number" in answers[0] and "too large" in answers[1]
+
+
 async def test_a_plain_reply_ends_the_turn_and_is_graded(arith_bundle, arith_url):
     label = arith_bundle.row("eval", 7)["label"]
     chat = ScriptedChat([Reply(content=f"Let me think.\nAnswer: {label}")])

@@ -6,7 +6,9 @@ Each fuzzer has a fixed seed and example budget (well under two minutes in all o
   the bearer token configured;
 * hypothesis builds WebSocket frames by hand: every message type with hostile values in every field (JSON
   `NaN`, `Infinity`, `1e400`, 4,300- and 5,000-digit integers, fractions, wrong types), deep nesting (up to
-  5,000 levels) anywhere in a frame, and plain garbage text and bytes.
+  5,000 levels) anywhere in a frame, and plain garbage text and bytes; and well-formed `mcp` and `step` frames
+  with a non-finite number as the JSON-RPC id or inside the tool arguments, which must all be refused as invalid
+  JSON before any tool runs (strict JSON both ways).
 
 Pass: no HTTP answer is a 5xx and none takes past `HANG` (only a hang detector); every frame gets one
 well-formed reply, strict JSON (no `NaN` or `Infinity` echoed back; or, for `close`, a clean close), and the session lives on after it (it still answers
@@ -35,7 +37,7 @@ from agentrl.testing.wait import wait_until
 
 HANG = 60.0  # seconds for one reply: only a hang detector
 SEED = 15  # issue 15
-BUDGET = {"schema": 10, "frames": 150, "deep": 30, "garbage": 40}
+BUDGET = {"schema": 10, "frames": 150, "deep": 30, "garbage": 40, "non_finite": 60}
 REPLY_TYPES = {"error", "observation", "state", "mcp"}
 ERROR_CODES = {"INVALID_JSON", "UNKNOWN_TYPE", "VALIDATION_ERROR", "EXECUTION_ERROR", "CAPACITY_REACHED"}
 
@@ -246,6 +248,55 @@ def test_deep_nesting_anywhere_gets_an_error_and_the_session_lives_on(live):
         still_serves(url)
 
     fuzz()
+
+
+NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1E999", "-0.5e99999"]
+
+
+@st.composite
+def non_finite_frame(draw: st.DrawFn) -> str:
+    """A well-formed `mcp` or `step` frame with a non-finite number where the JSON-RPC id or a tool argument
+    goes (at any depth inside the arguments)."""
+    bad = draw(st.sampled_from(NON_FINITE))
+    depth = draw(st.integers(0, 4))
+    value = "[" * depth + bad + "]" * depth
+    tool = draw(st.sampled_from(["echo", "sleep", "finish", "end_turn", "nope"]))
+    key = draw(st.sampled_from(ARGUMENT_KEYS))
+    arguments = "{" + json.dumps(key) + ": " + value + "}"
+    method = draw(st.sampled_from(["tools/call", "tools/list", "x/y"]))
+    rid = value if draw(st.booleans()) else draw(st.sampled_from(["1", '"a"', "null"]))
+    return draw(st.sampled_from([
+        '{"type": "mcp", "data": {"jsonrpc": "2.0", "id": ' + rid + ', "method": "' + method
+        + '", "params": {"name": "' + tool + '", "arguments": ' + arguments + "}}}",
+        '{"type": "mcp", "data": {"jsonrpc": "2.0", "id": ' + value + ', "method": "' + method + '"}}',
+        '{"type": "step", "data": {"type": "call_tool", "tool_name": "' + tool + '", "arguments": ' + arguments
+        + "}}",
+        '{"type": "step", "data": {"tool_name": "' + tool + '", "arguments": ' + arguments + "}}",
+    ]))
+
+
+def test_non_finite_numbers_in_mcp_frames_and_tool_arguments_are_refused(live):
+    """Each such frame gets a strict-JSON INVALID_JSON error (never an echoed `NaN` id) and reaches no tool:
+    the episode's step count is unchanged and the episode still plays to its reward."""
+    app, url = live
+
+    @seed(SEED)
+    @budget(BUDGET["non_finite"])
+    @given(frames=st.lists(non_finite_frame(), min_size=1, max_size=4))
+    def fuzz(frames: list[str]) -> None:
+        with connect(ws_of(url), open_timeout=HANG, max_size=None) as ws:
+            assert ask(ws, json.dumps({"type": "reset", "data": {"split": "eval", "index": 1}}))["type"] == "observation"
+            for frame in frames:
+                reply = ask(ws, frame)
+                assert reply is not None and reply["type"] == "error", (frame, reply)
+                assert reply["data"]["code"] == "INVALID_JSON", (frame, reply)
+            state = ask(ws, '{"type": "state"}')
+            assert state["data"]["step_count"] == 0 and not state["data"]["done"], (frames, state)
+            end = {"type": "step", "data": {"tool_name": "end_turn", "arguments": {"response": "answer-eval-1"}}}
+            assert ask(ws, json.dumps(end))["data"]["reward"] == 1.0
+
+    fuzz()
+    assert wait_until(lambda: not app.state.served.sessions), "a session still holds a slot"
 
 
 def test_garbage_frames_never_break_the_server(live):

@@ -388,5 +388,7 @@ def test_build_app_refuses_bad_settings():
         build_app(EchoBundle(), max_concurrent_envs=0)
     with pytest.raises(ValueError):
         build_app(EchoBundle(), token="")
+    with pytest.raises(ValueError, match="unknown docker sandbox settings: docker_timout"):
+        build_app(EchoBundle(), sandbox={"kind": "docker", "docker_timout": 5})
     # A config object with `kind` works like the string.
     assert isinstance(build_app(EchoBundle(), sandbox={"kind": "local"}).state.served.sandbox, LocalSandbox)

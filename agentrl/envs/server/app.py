@@ -78,7 +78,11 @@ def make_sandbox(sandbox: str | Sandbox | Any, bundle: Bundle, *, workers: int, 
         from agentrl.envs.sandbox.docker import DockerSandbox  # the Docker SDK loads only when asked
 
         defaults = DockerSandboxConfig()
-        opts = {f.name: _field(config, f.name, getattr(defaults, f.name)) for f in dataclasses.fields(defaults)}
+        known = {f.name for f in dataclasses.fields(defaults)}
+        unknown = sorted(set(config) - known) if isinstance(config, dict) else []
+        if unknown:  # a misspelled setting must not fall back to its default unnoticed
+            raise ValueError(f"unknown docker sandbox settings: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        opts = {name: _field(config, name, getattr(defaults, name)) for name in known}
         opts.pop("kind")
         return DockerSandbox(bundle.spec(), name=name or bundle.name, **opts)
     raise ValueError(f"sandbox must be 'local', 'docker', a Sandbox or a config with kind local/docker, not {sandbox!r}")
@@ -145,7 +149,7 @@ def build_app(
         except Exception as exc:  # a sandbox's health() should not raise; report it rather than answer 500
             state = {"status": "unhealthy", "error": f"{type(exc).__name__}: {exc}"}
         healthy = state.get("status") == "healthy"
-        body = {"status": "healthy" if healthy else "unhealthy", "sandbox": state}
+        body = {"status": "healthy" if healthy else "unhealthy", "sandbox": wire.json_safe(state)}
         return JSONResponse(body, status_code=200 if healthy else 503)
 
     @app.get("/schema")
@@ -261,6 +265,9 @@ async def _dispatch(session: Session, text: str) -> str | None:
 async def _mcp(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """JSON-RPC `tools/list` and `tools/call` against this session's episode."""
     rid = request.get("id")
+    if isinstance(rid, bool) or not isinstance(rid, str | int | float | None):
+        # JSON-RPC: an id that is not a string, number or null is an invalid request, answered with id null.
+        return wire.jsonrpc_error(None, -32600, "Invalid request: the id must be a string, a number or null")
     method, params = request.get("method"), request.get("params", {})
     if request.get("jsonrpc") != "2.0" or not isinstance(method, str) or not isinstance(params, dict):
         return wire.jsonrpc_error(rid, -32600, "Invalid request: needs jsonrpc '2.0', a method and object params")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -252,9 +253,16 @@ class Session:
             meta = self._error_meta(f"no scores: {type(exc).__name__}: {exc}", "env_error", scores={})
             return wire.envelope(obs, done=True, metadata=meta)
         self._end_episode()
+        odd = {k: v for k, v in scores.items() if not math.isfinite(v)}
+        if odd:  # NaN is not JSON, and no trainer can learn from it: the episode's code failed
+            listed = ", ".join(f"{k}={v}" for k, v in odd.items())
+            meta = self._error_meta(f"the episode scored {listed}, not a finite number", "env_error", scores={})
+            return wire.envelope(obs, done=True, metadata=meta)
         meta: dict[str, Any] = {"scores": scores, "task": self.task}
         try:
             reward = self.served.reward(scores)
+            if reward is not None and not math.isfinite(reward):
+                raise ValueError(f"the reward is {reward}, not a finite number")
         except Exception as exc:
             reward = None
             meta.update(status="error", error=f"no reward: {type(exc).__name__}: {exc}", failure="reward_error")

@@ -8,10 +8,11 @@ clients of either version read the prompt, scores and errors.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+
+from agentrl.envs import strict_json
 
 # WebSocket error codes (openenv-core's WSErrorCode).
 INVALID_JSON = "INVALID_JSON"
@@ -140,9 +141,10 @@ MAX_DEPTH = 100
 
 
 def loads(text: str) -> Any:
-    """A client frame's JSON. ValueError (with why) for text that is not JSON or is nested too deep."""
+    """A client frame's JSON. ValueError (with why) for text that is not strict JSON (NaN, Infinity and 1e400
+    included: they would reach the tools as floats no JSON peer can send back) or is nested too deep."""
     try:
-        value = json.loads(text)
+        value = strict_json.loads(text)
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
     # The bracket count bounds the depth, so the walk runs only for frames that could be too deep.
@@ -166,7 +168,12 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
 
 
 def dumps(frame: dict[str, Any]) -> str:
-    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False, default=str)
+    """A reply frame as strict JSON: a NaN or infinity anywhere in it (a bundle's odd result) is spelled as a
+    string rather than written as `NaN`, which no strict parser reads."""
+    try:
+        return strict_json.dumps(frame, separators=(",", ":"), ensure_ascii=False, default=str)
+    except ValueError:
+        return strict_json.dumps(json_safe(frame), separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def error_frame(code: str, message: str, **extra: Any) -> str:
@@ -175,19 +182,12 @@ def error_frame(code: str, message: str, **extra: Any) -> str:
 
 def validation_error_frame(exc: ValidationError) -> str:
     errors = exc.errors(include_url=False, include_context=False)
-    return error_frame(VALIDATION_ERROR, "Invalid message", errors=_json_safe(json.loads(dumps({"e": errors}))["e"]))
+    return error_frame(VALIDATION_ERROR, "Invalid message", errors=json.loads(dumps({"e": errors}))["e"])
 
 
-def _json_safe(value: Any) -> Any:
-    """`value` with every NaN or infinite float spelled as a string: an error echoes the client's input, and
-    `NaN`/`Infinity` are not JSON (a strict parser, e.g. JavaScript's, would reject the whole reply)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN or infinite float spelled as a string (see `strict_json.non_finite_as_text`)."""
+    return strict_json.non_finite_as_text(value)
 
 
 def envelope(
