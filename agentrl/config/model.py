@@ -6,11 +6,29 @@ from dataclasses import dataclass
 
 from omegaconf import MISSING
 
+# docs/models.md says how to choose each.
+TOOL_FORMATS = ("qwen", "hermes", "llama3", "mistral")  # agentrl.models.tool_calls.PARSERS
+DTYPES = ("float32", "bfloat16")
+
 
 @dataclass
 class ModelConfig:
     _target_: str = MISSING
     path: str = MISSING
+    # How the model writes a tool call (the session server's parser): qwen | hermes (<tool_call> JSON blocks),
+    # llama3 (<|python_tag|> / bare JSON call), mistral ([TOOL_CALLS] [...]). Its chat template must render calls so.
+    tool_format: str = "qwen"
+    # The trained weights' dtype: float32 (bf16 autocast on CUDA), or bfloat16 to halve weights and AdamW
+    # state on a GPU with bf16 support. The embedded engine serves in its device's dtype either way.
+    dtype: str = "float32"
+    # Recompute activations in the backward pass instead of keeping them: less memory, ~30% more compute.
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tool_format not in TOOL_FORMATS:
+            raise ValueError(f"model.tool_format={self.tool_format!r}: choose one of {', '.join(TOOL_FORMATS)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"model.dtype={self.dtype!r}: choose one of {', '.join(DTYPES)}")
 
 
 @dataclass

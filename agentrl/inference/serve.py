@@ -5,7 +5,8 @@ chosen by the `inference` group, and serves `build_session_app` with uvicorn unt
 
 Lifecycle, for a supervisor (systemd, Kubernetes, Ray) to rely on:
 * SIGTERM / SIGINT end the process within `SHUTDOWN_DEADLINE_S` seconds even when the engine is
-  wedged: requests get `SHUTDOWN_DEADLINE_S - 2` s to finish, then a watchdog exits regardless.
+  wedged: requests get `SHUTDOWN_DEADLINE_S - 2` s to finish (turns still running a second before
+  that answer 503 `{"error": ...}`), then a watchdog exits regardless.
 * An engine whose worker dies fails every pending request with 503 naming the cause (`/health`
   turns 503 too), and the process exits with `EXIT_ENGINE_DIED`. It does not restart the engine
   in-process: what kills a worker (a CUDA fault, out of memory, weights that turned NaN) usually
@@ -61,10 +62,13 @@ def main(cfg: DictConfig) -> None:
     model_path = hydra.utils.instantiate(cfg.model)
     engine = hydra.utils.instantiate(cfg.inference, model_path=model_path)
     try:
-        app = build_session_app(engine, default_max_tokens=int(cfg.default_max_tokens))
+        app = build_session_app(engine, default_max_tokens=int(cfg.default_max_tokens),
+                                tool_format=str(cfg.model.tool_format),
+                                max_body_bytes=int(cfg.inference.max_body_bytes))
         config = uvicorn.Config(app, host=str(cfg.host), port=int(cfg.port), log_level=str(cfg.log_level),
                                 timeout_graceful_shutdown=max(1, int(SHUTDOWN_DEADLINE_S) - 2))
-        server = DeadlineServer(config, deadline=SHUTDOWN_DEADLINE_S)
+        # turns still running near the grace's end answer 503 JSON before uvicorn would cancel them
+        server = DeadlineServer(config, deadline=SHUTDOWN_DEADLINE_S, on_shutdown=app.state.drain.begin)
         exit_when_engine_dies(engine, server)
         log.info("session server for %s on http://%s:%d", model_path, cfg.host, cfg.port)
         server.run()  # after a signal, uvicorn re-raises it here once shut down

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentrl.inference.samples import Sample, assemble_sample
-from agentrl.inference.sessions import SessionStore, build_session_app
+from agentrl.inference.sessions import MAX_BODY_BYTES, SessionStore, build_session_app
 from agentrl.serving import ThreadedServer
 
 
@@ -21,13 +21,15 @@ class SessionServer:
     """A uvicorn server for `build_session_app(engine, tokenizer)` on its own thread and event loop."""
 
     def __init__(self, engine: Any, tokenizer: Any = None, *, host: str = "127.0.0.1", port: int = 0,
-                 default_max_tokens: int = 512, log_level: str = "warning") -> None:
+                 default_max_tokens: int = 512, log_level: str = "warning", tool_format: str = "qwen",
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self.engine = engine
         self.sessions = SessionStore()
-        self.app = build_session_app(engine, tokenizer, default_max_tokens=default_max_tokens, store=self.sessions)
+        self.app = build_session_app(engine, tokenizer, default_max_tokens=default_max_tokens, store=self.sessions,
+                                     tool_format=tool_format, max_body_bytes=max_body_bytes)
         # a turn stuck on a wedged engine must not hold `stop()` past its timeout
         self._server = ThreadedServer(self.app, host, port, log_level=log_level, lifespan="off", access_log=False,
-                                      timeout_graceful_shutdown=5)
+                                      timeout_graceful_shutdown=5, on_shutdown=self.app.state.drain.begin)
         self.host = host
         self.port = int(port)
 
@@ -64,6 +66,7 @@ class SessionServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._server.stop(timeout)
+        self.app.state.prompts.close()
 
     def __enter__(self) -> SessionServer:
         return self if self._server.running else self.start()
@@ -73,6 +76,9 @@ class SessionServer:
 
 
 def start_session_server(engine: Any, tokenizer: Any = None, *, host: str = "127.0.0.1", port: int = 0,
-                         default_max_tokens: int = 512) -> SessionServer:
-    """Build and start a `SessionServer`; `port=0` picks a free port (see `.port`, `.base_url`)."""
-    return SessionServer(engine, tokenizer, host=host, port=port, default_max_tokens=default_max_tokens).start()
+                         default_max_tokens: int = 512, tool_format: str = "qwen",
+                         max_body_bytes: int = MAX_BODY_BYTES) -> SessionServer:
+    """Build and start a `SessionServer`; `port=0` picks a free port (see `.port`, `.base_url`); `tool_format`
+    is `model.tool_format`."""
+    return SessionServer(engine, tokenizer, host=host, port=port, default_max_tokens=default_max_tokens,
+                         tool_format=tool_format, max_body_bytes=max_body_bytes).start()

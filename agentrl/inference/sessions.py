@@ -15,9 +15,16 @@ A record is `{"timestamp", "method", "path", "status_code", "request": <body + "
 `cached_tokens`, `weight_version` and `tool_call_errors`. `assemble_sample` turns records into a Sample.
 Errors come back as `{"error": "..."}`: 400 bad or non-extending request (the body is checked by
 `agentrl.inference.schema.ChatCompletionRequest`, and the message names the field), 404 unknown
-session, 413 a body over `max_body_bytes` (plain text, from FastAPI's limiter), 500 a chat template
+session, 413 a body over `max_body_bytes` (`agentrl.inference.body_limit`), 500 a chat template
 that cannot extend a turn, 503 an engine that cannot serve (the message names why; every request
-waiting on a dead engine gets it at once).
+waiting on a dead engine gets it at once) or a turn still running when shutdown's grace period ends
+(`agentrl.inference.draining`).
+
+Limits, so that no request can stall or crash the server: the body's size (`max_body_bytes`);
+`max_tokens` / `max_completion_tokens` at most the model's context (`schema.request_model`); a
+prompt that cannot fit the context is refused before it is tokenized when its length alone shows
+it, else after (`agentrl.inference.prompt_tokens`, which renders and tokenizes on worker threads, so
+`/health` and other sessions answer meanwhile); a tokenizer that fails or panics on a prompt is a 400.
 """
 
 from __future__ import annotations
@@ -37,12 +44,15 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from agentrl.inference import tito
+from agentrl.inference.body_limit import MAX_BODY_BYTES, BodyLimit
 from agentrl.inference.completion import EngineUnavailable
-from agentrl.inference.schema import ChatCompletionRequest, describe
+from agentrl.inference.draining import Drain, ServerShuttingDown
+from agentrl.inference.prompt_tokens import PromptEncoder, model_context
+from agentrl.inference.schema import ChatCompletionRequest, describe, request_model
 from agentrl.inference.tito import MessageValidationError, TokenizationError
-from agentrl.models.tool_calls import parse_tool_calls
+from agentrl.models.tool_calls import tool_call_parser
 
-MAX_BODY_BYTES = 64 << 20  # a whole long conversation is a few MB; a bigger body is an attack or a bug
+__all__ = ["MAX_BODY_BYTES", "SessionNotFoundError", "SessionStore", "build_session_app", "engine_failure"]
 
 
 class SessionNotFoundError(KeyError):
@@ -114,13 +124,16 @@ def engine_failure(engine: Any) -> str | None:
 
 def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens: int = 512,
                       store: SessionStore | None = None, model_name: str | None = None,
-                      max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+                      max_body_bytes: int = MAX_BODY_BYTES, tool_format: str = "qwen") -> FastAPI:
     """The session server as a FastAPI app over `engine` (an `EmbeddedEngine` or anything with its `generate`).
 
     `tokenizer` renders the chat template (a tokenizer object or a folder; default `engine.tokenizer`).
     `store` lets the caller keep a handle on the sessions (also at `app.state.sessions`).
-    A body over `max_body_bytes` answers 413 before it is read into memory.
+    A body over `max_body_bytes` answers 413 before more than that is read. `app.state.drain.begin(grace_s)`
+    (serving's `on_shutdown` hook) makes turns still running near the grace's end answer 503. `tool_format` names the parser of
+    the model's tool calls (`model.tool_format`: `agentrl.models.tool_calls.PARSERS`).
     """
+    parse_calls = tool_call_parser(tool_format)
     if tokenizer is None:
         tokenizer = engine.tokenizer
     elif isinstance(tokenizer, str):
@@ -134,11 +147,18 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
     vocab = tokenizer.get_vocab()
     end_text = "<|im_end|>" if "<|im_end|>" in vocab else tokenizer.eos_token
 
+    context = model_context(engine, tokenizer)
+    prompts = PromptEncoder(tokenizer)
+    drain = Drain()
+
     # strict_content_type off: a JSON body without a Content-Type header is parsed, as before
-    app = FastAPI(title="agentrl session server", strict_content_type=False, max_body_size=int(max_body_bytes))
+    app = FastAPI(title="agentrl session server", strict_content_type=False)
+    app.add_middleware(BodyLimit, max_bytes=int(max_body_bytes))
     app.state.sessions = store
     app.state.engine = engine
     app.state.tokenizer = tokenizer
+    app.state.prompts = prompts
+    app.state.drain = drain
 
     @app.exception_handler(SessionNotFoundError)
     async def _not_found(_: Request, exc: SessionNotFoundError) -> JSONResponse:
@@ -168,6 +188,10 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
     @app.exception_handler(EngineUnavailable)
     async def _unavailable(_: Request, exc: EngineUnavailable) -> JSONResponse:
         return _error(503, f"the engine cannot serve: {exc}")
+
+    @app.exception_handler(ServerShuttingDown)
+    async def _shutting_down(_: Request, exc: ServerShuttingDown) -> JSONResponse:
+        return _error(503, str(exc))
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -200,7 +224,15 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
             store.delete(session_id)
         return Response(status_code=204)
 
-    @app.post("/sessions/{session_id}/v1/chat/completions")
+    def first_ids(messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any], room: int | None) -> list[int]:
+        text = tito.render_text(tokenizer, messages, tools, True, kwargs)
+        return prompts.encode(text, room, "the prompt", messages)
+
+    def suffix_ids(session: Session, added: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any],
+                   room: int | None) -> list[int]:
+        text = tito.suffix_text(tokenizer, session.messages, added, tools, kwargs, end_text, session.ended_with_stop)
+        return prompts.encode(text, room, "the text the new messages add", added)
+
     async def chat_completions(session_id: str, chat: ChatCompletionRequest) -> Any:
         session = store.get(session_id)
         body = chat.record()
@@ -208,26 +240,36 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
         messages = [tito.normalize_message(m, i) for i, m in enumerate(body["messages"])]
         tools = body.get("tools") or None
         kwargs = body.get("chat_template_kwargs") or {}
+        return await drain.guard(turn(session, body, params, messages, tools, kwargs))
+
+    # the body's type carries the model's context as max_tokens' bound (and shows it in the OpenAPI schema)
+    chat_completions.__annotations__["chat"] = request_model(context)
+    app.post("/sessions/{session_id}/v1/chat/completions")(chat_completions)
+
+    async def turn(session: Session, body: dict[str, Any], params: dict[str, Any], messages: list[dict[str, Any]],
+                   tools: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        chars = sum(len(m.get("content") or "") for m in messages)  # rendering costs about this much
         async with session.lock:
             if session.id not in store:  # deleted while this request waited for the lock
-                raise SessionNotFoundError(session_id)
+                raise SessionNotFoundError(session.id)
             tools_key = json.dumps(tools, sort_keys=True)
             if not session.messages:
-                prompt = tito.first_prompt(tokenizer, messages, tools, kwargs)
+                room = None if context is None else context - 1  # the engine needs room for one token
+                prompt = await prompts.run(chars, first_ids, messages, tools, kwargs, room)
                 cached = 0
             else:
                 if tools_key != session.tools_key:
                     raise MessageValidationError("tools differ from the session's first request; a session keeps its tools")
                 added = tito.new_messages(session.messages, messages)
-                suffix = tito.suffix_ids(tokenizer, session.messages, added, tools, kwargs, end_text,
-                                         session.ended_with_stop)
+                room = None if context is None else max(0, context - 1 - len(session.token_ids))
+                suffix = await prompts.run(chars, suffix_ids, session, added, tools, kwargs, room)
                 prompt = session.token_ids + suffix
                 cached = len(session.token_ids)
             try:
                 completion = await engine.generate(prompt, **params)
             except ValueError as exc:
                 raise MessageValidationError(str(exc)) from exc
-            response, assistant = _response(completion, tokenizer, prompt, cached, model_name)
+            response, assistant = _response(completion, tokenizer, prompt, cached, model_name, parse_calls)
             stop_text = tokenizer.decode(completion.token_ids[-1:]) if completion.token_ids else ""
             session.messages = messages + [tito.normalize_message(assistant, len(messages))]
             session.tools, session.tools_key = tools, tools_key
@@ -243,12 +285,12 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
     return app
 
 
-def _response(completion: Any, tokenizer: Any, prompt: list[int], cached: int,
-              model_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _response(completion: Any, tokenizer: Any, prompt: list[int], cached: int, model_name: str,
+              parse_calls: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     ids = list(completion.token_ids)
     text_ids = ids[:-1] if completion.finish_reason == "stop" and ids else ids  # drop the stop token's text
     text = tokenizer.decode(text_ids, skip_special_tokens=False)
-    content, tool_calls, errors = parse_tool_calls(text)
+    content, tool_calls, errors = parse_calls(text)
     if completion.finish_reason == "length":
         finish = "length"
     else:

@@ -67,6 +67,10 @@ def ensure_tiny_model(path: str, seed: int = 0, vocab_size: int = 2048, hidden_s
     return str(target)
 
 
+# The plan does not build the tiny model (it is made on first use, with agentrl's own chat template).
+ensure_tiny_model.builds_on_demand = True  # type: ignore[attr-defined]
+
+
 def build_tiny_model(out_dir: str | Path, **settings: Any) -> Path:
     """Write tokenizer, config, weights and the build record into `out_dir` (which must exist)."""
     import torch

@@ -11,6 +11,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentrl.inference.assistant_tokens import TemplateError, encode_assistant_turns
+
 Chat = tuple[list[dict[str, Any]], Any]  # (messages, tools)
 Encoded = tuple[list[int], list[int]]  # (token ids, assistant mask)
 
@@ -50,16 +52,13 @@ def _as_chats(transcripts: list[list[dict[str, Any]]], tools: Any, agent: Any, r
 
 
 def encode_chat(tokenizer: Any, chat: Chat, name: str) -> Encoded:
-    """One chat rendered by the model's chat template, cut after its last assistant token."""
+    """One chat rendered by the model's chat template, cut after its last assistant token (any template:
+    `inference.assistant_tokens`)."""
     messages, tools = chat
-    enc = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
-                                        return_assistant_tokens_mask=True)
-    ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
-    if not any(mask):
-        raise ValueError(f"demonstration {name}: the chat template marks no assistant tokens "
-                         "(it needs {% generation %} blocks)")
-    end = max(j for j, m in enumerate(mask) if m) + 1
-    return ids[:end], mask[:end]
+    try:
+        return encode_assistant_turns(tokenizer, messages, tools)
+    except TemplateError as exc:
+        raise ValueError(f"demonstration {name}: {exc}") from exc
 
 
 class GeneratedDemonstrations(Sequence):
