@@ -23,3 +23,6 @@ class DockerSandboxConfig(SandboxConfig):
     memory: str = "512m"  # per-container memory limit
     cpus: float = 1.0  # per-container CPU limit
     network: str = "none"  # none: no network at all, so 128 episodes need no networks
+    # Seconds one Docker API call (create, start, inspect, remove) may wait for the daemon's reply before the daemon
+    # counts as not answering: a frozen or wedged dockerd fails a reset after about this long, naming the daemon.
+    docker_timeout: float = 30.0

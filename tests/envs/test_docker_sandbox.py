@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.config.sandbox import DockerSandboxConfig
 from agentrl.envs.bundles import load_bundle
 from agentrl.envs.sandbox.base import SandboxError
 from agentrl.envs.sandbox.docker import DockerSandbox
@@ -359,6 +360,9 @@ def test_bad_arguments_are_refused():
         DockerSandbox({"bundle": "gridsim", "x": object()})
     with pytest.raises(ValueError, match="warm_pool"):
         DockerSandbox({"bundle": "gridsim"}, warm_pool=-1)
+    with pytest.raises(ValueError, match="docker_timeout"):
+        DockerSandbox({"bundle": "gridsim"}, docker_timeout=0)
+    assert DockerSandbox({"bundle": "gridsim"}).docker_timeout == DockerSandboxConfig.docker_timeout == 30.0
     with pytest.raises(ValueError, match="loader file"):
         DockerSandbox({"bundle": "gridsim"}, loader="relative.py:load")
     assert Path(DockerSandbox({"bundle": "gridsim"}).bundle_spec["bundle"]) == Path("gridsim")

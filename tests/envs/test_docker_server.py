@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pytest
 from agentrl.envs.bundles import load_bundle
 from agentrl.envs.client import EnvResetError, EpisodeClient
 from agentrl.envs.server import build_app, serve_in_background
+from agentrl.testing.docker_relay import DaemonRelay
 from agentrl.testing.processes import wait_healthy
 
 pytestmark = pytest.mark.docker
@@ -119,63 +119,9 @@ def test_a_server_restarted_on_the_same_port_reaps_what_its_killed_predecessor_l
                     c.remove(force=True)
 
 
-class DaemonRelay:
-    """A unix socket that relays to the Docker daemon's, and can stop and start again: to the sandbox, exactly a
-    daemon that goes away and comes back (the real daemon keeps running for everyone else)."""
-
-    def __init__(self, path: Path, target: str) -> None:
-        self.path, self.target = path, target
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        self._server: asyncio.AbstractServer | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    def _do(self, coro) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self._loop).result(30)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(1 << 16):
-                writer.write(data)
-                await writer.drain()
-        except (OSError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_unix_connection(self.target)
-        self._writers |= {writer, up_writer}
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-
-    def start(self) -> None:
-        async def start() -> None:
-            self._server = await asyncio.start_unix_server(self._relay, path=str(self.path))
-
-        self._do(start())
-
-    def stop(self) -> None:
-        async def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-            for w in self._writers:
-                w.close()
-            self._writers.clear()
-            self.path.unlink(missing_ok=True)
-
-        self._do(stop())
-
-    def close(self) -> None:
-        self.stop()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-
 def test_a_daemon_that_stops_answering_is_named_in_resets_and_health(docker_client, gridsim, monkeypatch):
-    target = (os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock").removeprefix("unix://")
     folder = Path(tempfile.mkdtemp(prefix="relay-"))
-    relay = DaemonRelay(folder / "docker.sock", target)
+    relay = DaemonRelay(folder / "docker.sock")
     relay.start()
     address = f"unix://{relay.path}"
     monkeypatch.setenv("DOCKER_HOST", address)
@@ -210,6 +156,50 @@ def test_a_daemon_that_stops_answering_is_named_in_resets_and_health(docker_clie
 
             relay.start()  # and comes back: the same server deploys again
             wait_health(200)
+            assert asyncio.run(play(url, gridsim, 2)) == 1.0
+        left = docker_client.containers.list(all=True, filters={"label": f"agentrl.instance={sandbox.instance_id}"})
+        assert left == []
+    finally:
+        relay.close()
+
+
+def test_a_frozen_daemon_fails_a_reset_within_docker_timeout_naming_it(docker_client, gridsim, monkeypatch):
+    """Issue 26: a dockerd that accepts requests and answers nothing (SIGSTOP) made a reset wait 240 s. With
+    `docker_timeout` the reset fails after about that long, naming the daemon, while reset_timeout stays 600 s;
+    thawed, the same server deploys again. The real engine behind a relay that can freeze (not the global dockerd)."""
+    relay = DaemonRelay(Path(tempfile.mkdtemp(prefix="relay-")) / "docker.sock")
+    relay.start()
+    monkeypatch.setenv("DOCKER_HOST", relay.address)
+    docker_timeout = 5.0
+    app = build_app(gridsim, sandbox={"kind": "docker", "docker_timeout": docker_timeout}, reset_timeout=600)
+    sandbox = app.state.served.sandbox
+    try:
+        with serve_in_background(app) as url:
+            assert asyncio.run(play(url, gridsim, 0)) == 1.0
+
+            async def reset_frozen() -> str:
+                async with EpisodeClient(url, reset_timeout=600) as env:
+                    with pytest.raises(EnvResetError) as ei:
+                        await env.reset("eval", 1)
+                    return str(ei.value)
+
+            relay.freeze()
+            try:
+                t0 = time.monotonic()
+                message = asyncio.run(reset_frozen())
+                took = time.monotonic() - t0
+                health = httpx.get(f"{url}/health", trust_env=False, timeout=60)
+            finally:
+                relay.thaw()  # the frozen window is only this long
+            assert f"the Docker daemon does not answer at {relay.address}" in message, message
+            assert "sandbox.docker_timeout" in message and "read timeout=5" in message, message
+            # It waited for the daemon (not some other failure), and far less than the 240 s it used to.
+            assert docker_timeout * 0.9 <= took <= docker_timeout + 120, took
+            assert health.status_code == 503 and relay.address in health.json()["sandbox"]["error"]
+            deadline = time.monotonic() + 60
+            while httpx.get(f"{url}/health", trust_env=False, timeout=60).status_code != 200:
+                assert time.monotonic() < deadline, "the sandbox stayed unhealthy after the daemon thawed"
+                time.sleep(0.5)
             assert asyncio.run(play(url, gridsim, 2)) == 1.0
         left = docker_client.containers.list(all=True, filters={"label": f"agentrl.instance={sandbox.instance_id}"})
         assert left == []

@@ -10,7 +10,8 @@ shares an identity (or a container name) with the one it replaces. Containers ca
 removes what a hard-killed one left behind, and only that: `agentrl.sandbox=1`, `agentrl.instance`, `agentrl.pid`,
 `agentrl.pid_start` (to spot a reused pid) and `agentrl.host`; a container whose owner process is gone is an
 orphan. Blocking Docker SDK calls run on the sandbox's own thread pool, never on the event loop; a daemon that
-does not answer turns into `DockerDaemonError` naming its socket, and `health()` reports it.
+does not answer (or not within `docker_timeout`: one frozen with SIGSTOP) turns into `DockerDaemonError` naming
+its socket, and `health()` reports it.
 
 This module holds the container lifecycle: mounts, start and hello, deploy, teardown, leftover cleanup. The
 episode handle is in `docker_episode.py`, the warm pool in `docker_pool.py`, and the labels, the channel and the
@@ -35,6 +36,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from agentrl.config.sandbox import DockerSandboxConfig
 from agentrl.envs.sandbox.base import EpisodeHandle, Sandbox, SandboxError
 from agentrl.envs.sandbox.container_agent import DEFAULT_LOADER
 from agentrl.envs.sandbox.docker_episode import DockerEpisodeHandle
@@ -46,6 +48,7 @@ from agentrl.envs.sandbox.docker_support import (
     DockerDaemonError,
     Lost,
     RemoteError,
+    connect_api,
     container_state,
     daemon_address,
     death_reason,
@@ -73,18 +76,24 @@ class DockerSandbox(Sandbox):
     def __init__(self, bundle_spec: dict[str, Any], *, image: str = DEFAULT_IMAGE, warm_pool: int = 0,
                  memory: str = "512m", cpus: float = 1.0, network: str = "none", name: str = "sandbox",
                  loader: str = DEFAULT_LOADER, deploy_timeout: float = 60.0, call_timeout: float = 600.0,
-                 docker_threads: int = 32) -> None:
+                 docker_threads: int = 32, docker_timeout: float | None = None) -> None:
         """`bundle_spec` is `Bundle.spec()` (kwargs of `load_bundle`). `name` (e.g. `gridsim-8200`) starts the
         instance id and container names. `loader` ('module:function' or '/abs/file.py:function') builds the
-        bundle in the container; `call_timeout` bounds one episode call."""
+        bundle in the container; `call_timeout` bounds one episode call; `docker_timeout` (default: the
+        `sandbox=docker` config's) bounds one Docker API call."""
         if not isinstance(bundle_spec, dict) or not isinstance(bundle_spec.get("bundle"), str):
             raise ValueError(f"bundle_spec must be a dict with a 'bundle' string (Bundle.spec()), got {bundle_spec!r}")
         try:
             json.dumps(bundle_spec)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"bundle_spec must be JSON-safe: {exc}") from exc
-        if warm_pool < 0 or cpus <= 0 or deploy_timeout <= 0 or call_timeout <= 0 or docker_threads < 1:
-            raise ValueError("warm_pool must be >= 0; cpus, deploy_timeout, call_timeout and docker_threads > 0")
+        if docker_timeout is None:
+            docker_timeout = DockerSandboxConfig.docker_timeout
+        if (warm_pool < 0 or cpus <= 0 or deploy_timeout <= 0 or call_timeout <= 0 or docker_threads < 1
+                or not docker_timeout > 0):
+            raise ValueError("warm_pool must be >= 0; cpus, deploy_timeout, call_timeout, docker_timeout and "
+                             "docker_threads > 0")
+        self.docker_timeout = float(docker_timeout)
         self.image, self.warm_pool, self.memory, self.cpus, self.network = image, warm_pool, memory, cpus, network
         # Unique per process and object: a restarted server must never take over its predecessor's identity.
         stem = re.sub(r"[^a-zA-Z0-9_.-]", "-", name)[:32]  # Docker's name alphabet
@@ -152,17 +161,7 @@ class DockerSandbox(Sandbox):
         return await asyncio.get_running_loop().run_in_executor(self._executor, guarded, fn, *args)
 
     def _connect(self) -> Any:
-        import docker
-
-        api = docker.from_env(timeout=120, max_pool_size=self.docker_threads).api
-        api.ping()
-        try:
-            api.inspect_image(self.image)
-        except docker.errors.ImageNotFound:
-            raise SandboxError(f"sandbox image {self.image!r} not found; build it with "
-                               "`python -m agentrl.envs.sandbox.image build`") from None
-        # Health checks get their own short-timeout client: a wedged daemon must not hold /health for minutes.
-        self._health_api = docker.from_env(timeout=5, version=api.api_version).api
+        api, self._health_api = connect_api(self.image, self.docker_timeout, self.docker_threads)
         return api
 
     async def start(self) -> None:
@@ -326,12 +325,13 @@ class DockerSandbox(Sandbox):
                 raise SandboxError(f"the bundle failed to load in the container: {msg.get('error')}")
         except BaseException as exc:
             self._pending.pop(name, None)
-            if created.done() and not isinstance(exc, asyncio.CancelledError):
+            if created.done() and not isinstance(exc, asyncio.CancelledError | DockerDaemonError):
                 try:
                     await self.remove(name)
                 except Exception as rm_exc:
                     log.warning("removing failed container %s: %s", name, rm_exc)
-            else:  # still in creation (a cancelled deploy): remove it once it exists
+            else:  # still in creation (a cancelled deploy), or a daemon that does not answer (the reset fails
+                # now, not after another docker_timeout): remove it in the background once it can be
                 created.add_done_callback(lambda _f: self.remove_later(name))
             if isinstance(exc, Exception) and not isinstance(exc, SandboxError):
                 raise SandboxError(f"starting a sandbox container failed: {exc}") from exc
@@ -389,4 +389,10 @@ class DockerSandbox(Sandbox):
             asyncio.get_running_loop()
         except RuntimeError:
             return
-        self.spawn(self.remove(box))
+        self.spawn(self._remove_quietly(box))
+
+    async def _remove_quietly(self, box: Box | str) -> None:
+        try:
+            await self.remove(box)
+        except Exception as exc:  # e.g. the daemon does not answer: shutdown's label sweep tries again
+            log.warning("removing container %s failed: %s", box if isinstance(box, str) else box.name, exc)

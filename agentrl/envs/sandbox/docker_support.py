@@ -91,8 +91,17 @@ def daemon_down(exc: BaseException) -> bool:
         return True
     import docker
 
-    # docker.from_env() wraps the first failed request: "Error while fetching server API version: (...)".
-    return isinstance(exc, docker.errors.DockerException) and "Connection aborted" in str(exc)
+    # docker.from_env() wraps the first failed request: "Error while fetching server API version: (...)". An
+    # APIError is the daemon's own answer, whatever its text says.
+    wrapped = isinstance(exc, docker.errors.DockerException) and not isinstance(exc, docker.errors.APIError)
+    return wrapped and ("Connection aborted" in str(exc) or _timed_out(exc))
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether `exc` is a request the daemon accepted but never answered (a stopped or wedged dockerd)."""
+    import requests
+
+    return isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc)
 
 
 R = TypeVar("R")
@@ -103,9 +112,13 @@ def guarded(fn: Callable[..., R], *args: Any) -> R:
     try:
         return fn(*args)
     except Exception as exc:
-        if daemon_down(exc):
-            raise DockerDaemonError(f"the Docker daemon does not answer at {daemon_address()} ({exc})") from None
-        raise
+        if not daemon_down(exc):
+            raise
+        why = ""
+        if _timed_out(exc):  # it listens but does not reply
+            why = ("no reply within sandbox.docker_timeout: is dockerd stopped (SIGSTOP), wedged or overloaded? "
+                   "DOCKER_HOST picks the daemon; ")
+        raise DockerDaemonError(f"the Docker daemon does not answer at {daemon_address()} ({why}{exc})") from None
 
 
 class Lost(Exception):
@@ -199,11 +212,30 @@ class ContainerHost(Protocol):
 # -- blocking Docker API helpers (run on the sandbox's thread pool) ---------------------------------------------
 
 
+def connect_api(image: str, timeout: float, threads: int) -> tuple[Any, Any]:
+    """(API client, health-check client) of the daemon at DOCKER_HOST, once it answers and holds `image`."""
+    import docker
+
+    # Every call gets the short `timeout`: a daemon that accepts requests but never answers (SIGSTOP) must fail a
+    # reset in seconds, not hold it for the SDK's default minutes.
+    api = docker.from_env(timeout=timeout, max_pool_size=threads).api
+    api.ping()
+    try:
+        api.inspect_image(image)
+    except docker.errors.ImageNotFound:
+        raise SandboxError(f"sandbox image {image!r} not found; build it with "
+                           "`python -m agentrl.envs.sandbox.image build`") from None
+    # Health checks get their own shorter-timeout client: a wedged daemon must not hold /health for long.
+    return api, docker.from_env(timeout=min(5.0, timeout), version=api.api_version).api
+
+
 def container_state(api: Any, name: str) -> dict[str, Any]:
     """The container's `State` from inspect, or {"Status": "removed"} when it is gone."""
     try:
         return api.inspect_container(name)["State"]
-    except Exception:
+    except Exception as exc:
+        if daemon_down(exc):  # no answer says nothing about the container; the caller must not wait on
+            raise
         return {"Status": "removed"}
 
 
