@@ -17,6 +17,7 @@ from agentrl.config.validate import UnknownKeyError, check_typed_keys
 from agentrl.plan import Plan, PlanError, build_plan
 from agentrl.rewards import AllGroupsFailing
 from agentrl.tracking.mlflow_tracker import DatasetRef, ui_command
+from agentrl.trainers.dependency import DependencyLost
 
 log = logging.getLogger("agentrl")
 
@@ -62,6 +63,13 @@ def _value(metrics: dict[str, Any], key: str) -> float | None:
         return float(value) if value is not None and math.isfinite(float(value)) else None
     except (TypeError, ValueError):
         return None
+
+
+def engine_unavailable() -> type[Exception]:
+    """EngineUnavailable (an engine whose worker died), imported only when a run fails: it brings torch."""
+    from agentrl.inference.completion import EngineUnavailable
+
+    return EngineUnavailable
 
 
 def closing_block(*, status: str, run_dir: Path, tracker: Any, metrics: dict[str, Any], wall_s: float) -> str:
@@ -134,8 +142,8 @@ def run(cfg: DictConfig) -> float | None:
     except KeyboardInterrupt:
         status = "KILLED"
         raise
-    except AllGroupsFailing as err:
-        # The run cannot go on (a dead env server, ...): one line naming the cause, not a traceback.
+    except (AllGroupsFailing, DependencyLost, engine_unavailable()) as err:
+        # The run cannot go on (a dead env server, an engine whose worker died): one line naming it, no traceback.
         raise SystemExit(f"agentrl: {err}") from None
     finally:
         tracker.finish(status)

@@ -499,6 +499,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--logs", default=None, help="folder for the servers' logs (default: a temporary one)")
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    # Dependency fault phases (benchmarks/soak_dependency.py): a training run whose env server or engine dies.
+    ap.add_argument("--phases", default="", help="dependency fault phases to run after the passes, comma-separated "
+                    "(grpo-env-killed, trl-env-frozen-wait, ...; all: every one); --sandboxes '' runs only these")
+    ap.add_argument("--grace-s", type=float, default=20.0, help="trainer.dependency_grace_s of the phases' runs")
+    ap.add_argument("--phase-steps", type=int, default=3, help="steps of a -wait phase's run (it must finish)")
+    ap.add_argument("--phase-port", type=int, default=8700, help="the first phase's env server port (one each)")
+    # The "dockerd frozen" phase (benchmarks/soak_dockerd.py): a reset under a Docker daemon that answers nothing.
+    ap.add_argument("--dockerd-frozen", action="store_true", help="run the dockerd-frozen phase after the passes")
+    ap.add_argument("--dockerd-resets", type=int, default=8, help="resets the dockerd-frozen phase starts at once")
+    ap.add_argument("--dockerd-timeout", type=float, default=None, help="its sandbox.docker_timeout (default: config's)")
     args = ap.parse_args(argv)
     if args.docker_episodes is None:
         args.docker_episodes = args.episodes
@@ -535,18 +545,61 @@ def soak(args: argparse.Namespace) -> list[PassReport]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = "load average {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
-    reports = soak(args)
+    reports = soak(args) if args.sandboxes.strip(",") else []
     print(f"fault soak: model {args.model}, {args.concurrency} concurrent, {os.cpu_count()} CPUs, {started} at the start")
-    print(table(reports))
+    if reports:
+        print(table(reports))
+    phases = dependency_phases(args)
+    frozen = dockerd_frozen_phase(args)
     for r in reports:
         for kind, other in r.fault_other.items():
             print(f"[{r.sandbox}] {kind} not flagged {EXPECTED[kind]}: {other}")
         for line in r.lost[:20]:
             print(f"LOST [{r.sandbox}] {line}")
     if args.json:
-        Path(args.json).write_text(json.dumps([{**r.__dict__, "flagged": dict(r.flagged)} for r in reports], indent=2))
+        Path(args.json).write_text(json.dumps([{**r.__dict__, "flagged": dict(r.flagged)} for r in reports]
+                                              + [p.__dict__ for p in phases], indent=2))
     bad = any(r.hung or r.lost or r.left_behind for r in reports)
-    return 1 if bad else 0
+    return 1 if bad or any(map(phase_failed, phases)) or (frozen is not None and not frozen.ok) else 0
+
+
+def dockerd_frozen_phase(args: argparse.Namespace) -> Any:
+    """With `--dockerd-frozen`: run that phase (benchmarks/soak_dockerd.py), print its figures, return its report."""
+    if not args.dockerd_frozen:
+        return None
+    import tempfile
+
+    from soak_dockerd import dockerd_frozen, table  # beside this script (sys.path[0])
+
+    logs = Path(args.logs or tempfile.mkdtemp(prefix="agentrl-soak-dockerd-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    report = dockerd_frozen(args.dockerd_resets, args.dockerd_timeout, logs)
+    print("dockerd frozen:")
+    print(table(report))
+    return report
+
+
+def dependency_phases(args: argparse.Namespace) -> list[Any]:
+    """Run `--phases` (benchmarks/soak_dependency.py) and print their table."""
+    import tempfile
+
+    from soak_dependency import PHASES, phase_table, run_phases  # beside this script (sys.path[0])
+
+    names = list(PHASES) if args.phases == "all" else [n for n in args.phases.split(",") if n]
+    if not names:
+        return []
+    logs = Path(args.logs or tempfile.mkdtemp(prefix="agentrl-soak-phases-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    phases = run_phases(names, args, logs)
+    print(phase_table(phases, args.grace_s))
+    print(f"phase logs in {logs}", file=sys.stderr)
+    return phases
+
+
+def phase_failed(report: Any) -> bool:
+    from soak_dependency import bad
+
+    return bad(report)
 
 
 if __name__ == "__main__":

@@ -114,7 +114,31 @@ class WarmStartConfig:
 
 
 @dataclass
-class GRPOTrainerConfig(TrainerConfig):
+class DependencyWatchConfig:
+    """The circuit breaker on the env server and the engine (docs/training.md, "When a dependency dies"); the
+    trainers that play rollouts through our services (grpo, trl) carry these keys."""
+
+    # Seconds of play with the env server or the engine in trouble (plays failing against it, or its /health not
+    # answering) and no play succeeding before the breaker trips.
+    dependency_grace_s: float = 50.0
+    # Trip sooner: this many plays in a row failed the same way against one dependency and its /health is silent.
+    max_dependency_failures: int = 16
+    on_dependency_loss: str = "stop"  # stop: end the run naming it | wait: wait for its /health, replay what it cut
+    warn_failure_share: float = 0.5  # warn on the console when a step flags at least this share of its rollouts
+
+    def __post_init__(self) -> None:
+        if self.on_dependency_loss not in ("stop", "wait"):
+            raise ValueError(f"trainer.on_dependency_loss must be stop or wait, got {self.on_dependency_loss!r}")
+        if float(self.dependency_grace_s) <= 0:
+            raise ValueError(f"trainer.dependency_grace_s must be > 0 seconds, got {self.dependency_grace_s}")
+        if int(self.max_dependency_failures) < 1:
+            raise ValueError(f"trainer.max_dependency_failures must be >= 1, got {self.max_dependency_failures}")
+        if not 0 < float(self.warn_failure_share) <= 1:
+            raise ValueError(f"trainer.warn_failure_share must be in (0, 1], got {self.warn_failure_share}")
+
+
+@dataclass
+class GRPOTrainerConfig(DependencyWatchConfig, TrainerConfig):
     _target_: str = "agentrl.trainers.grpo.GRPOTrainer"
     prompts_per_step: int = 4  # distinct rows (e.g. days) per step
     samples_per_prompt: int = 8  # rollouts per row: one GRPO group
@@ -153,6 +177,7 @@ class GRPOTrainerConfig(TrainerConfig):
 
     def __post_init__(self) -> None:
         check_algorithm(self)
+        DependencyWatchConfig.__post_init__(self)
         if self.model_failures not in ("drop", "penalize"):
             raise ValueError(f"trainer.model_failures must be drop or penalize, got {self.model_failures!r}")
         if self.off_policy_steps not in (0, 1):
@@ -245,7 +270,7 @@ class MilesTrainerConfig(TrainerConfig):
 
 
 @dataclass
-class TRLTrainerConfig(TrainerConfig):
+class TRLTrainerConfig(DependencyWatchConfig, TrainerConfig):
     """TRL's GRPOTrainer playing our agent through its `rollout_func` (docs/trl.md); same keys as `grpo` where
     TRL has the setting. A key TRL lacks keeps a neutral default, and another value fails when the plan is built."""
 

@@ -1,8 +1,9 @@
 """Connecting to an env server: the client's errors, one connection attempt, and a reset's two clocks.
 
 A reset keeps trying while the server is full or answers 503 (restarting) until `reset_timeout`, but only
-for `connect_timeout` while nothing listens at all (refused, unknown host, no route, a 502 gateway); the
-TCP connect is made on its own so that "nothing listens" is told apart from a slow handshake.
+for `connect_timeout` while nothing listens at all (refused, unknown host, no route, a 502 gateway) or the
+process behind the port never answers the handshake (frozen); the TCP connect is made on its own so that
+"nothing listens" is told apart from a slow handshake.
 `EpisodeClient` (client.py) drives the attempts with tenacity.
 """
 
@@ -87,12 +88,12 @@ class Deadlines:
     def remaining(self) -> float:
         return max(0.1, self.deadline - time.monotonic())
 
-    def note(self, unreachable: bool) -> None:
-        """Record an attempt's outcome: nothing listened, or the server answered something."""
+    def note(self, unreachable: bool, started: float | None = None) -> None:
+        """Record an attempt's outcome: nothing listened (or answered) since `started`, or it answered."""
         if not unreachable:
             self.unreachable_since = None
-        elif self.unreachable_since is None:
-            self.unreachable_since = time.monotonic()
+        elif self.unreachable_since is None:  # from the attempt's start: a silent handshake took its time
+            self.unreachable_since = time.monotonic() if started is None else started
 
     def _deadline(self, state: RetryCallState) -> float:
         """The deadline that applies after this outcome: connect_timeout's too while nothing listens."""
@@ -186,7 +187,14 @@ async def open_connection(
         if status in _BUSY_STATUSES or status in _NO_UPSTREAM_STATUSES:
             raise Retry(exc, unreachable=status in _NO_UPSTREAM_STATUSES) from exc
         raise EnvConnectionError(f"{url} answered the WebSocket upgrade with HTTP {status}") from exc
-    except (OSError, InvalidHandshake, TimeoutError, ConnectionClosed) as exc:
+    except TimeoutError as exc:
+        sock.close()
+        # The kernel took the TCP connection but the process never answered: it is frozen (SIGSTOP) or wedged,
+        # not full (a full server answers the upgrade, then refuses the reset), so connect_timeout bounds it.
+        silent = TimeoutError(f"the server took the TCP connection but did not answer the WebSocket handshake "
+                              f"within {timeout:g}s (the process is frozen or wedged)")
+        raise Retry(silent, unreachable=True) from exc
+    except (OSError, InvalidHandshake, ConnectionClosed) as exc:
         sock.close()  # the server is there but the handshake failed: it may be starting or overloaded
         raise Retry(exc, unreachable=False) from exc
     except BaseException:

@@ -232,6 +232,8 @@ class GRPOTrainer:
 
         started = time.monotonic()
         kept, seen, dropped, drawn = fill_step(self.rows.next, play, want=want, budget=budget, drop=self._drop)
+        if svc.runner.breaker is not None:  # the console hears of a step that mostly failed
+            svc.runner.breaker.step_done(step, seen)
         metrics = rollout_metrics(seen)
         metrics["time/generate_s"] = time.monotonic() - started
         metrics.update({"rollout/groups_dropped": float(sum(dropped.values())), "rollout/rows_drawn": float(drawn),
@@ -325,8 +327,13 @@ class GRPOTrainer:
             if health:
                 self.tracker.log(health, step=steps)
             final.update(health)
+            if no_update := self.no_update.metrics():
+                self.tracker.log(no_update, step=steps)
+                final.update(no_update)
             self._log_final_model()
         finally:
+            if self.services.runner.breaker is not None:  # plays waiting for a dead dependency give up now
+                self.services.runner.breaker.abandoned.set()
             self._settle()  # its plays need the services; a failure in them is moot once the run has ended
             self.prefetcher.shutdown()
             self.services.close()

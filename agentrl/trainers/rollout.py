@@ -20,6 +20,7 @@ from agentrl.envs.task import opening_turn
 from agentrl.http import async_client
 from agentrl.inference.samples import Sample, assemble_sample
 from agentrl.rewards import RewardGroup, apply_rewards
+from agentrl.trainers.dependency import Breaker, play_guarded
 
 
 def play_seed(*parts: Any) -> int:
@@ -81,21 +82,24 @@ class RolloutRunner:
         self.external = dict(external or {})
         self.role_policy = dict(role_policy or {})
         self.frozen_roles = set(frozen_roles) | set(self.external)
+        self.breaker: Breaker | None = None  # set by start_services: plays stop fast when a dependency dies
+
+    async def play_one(self, row: dict[str, Any], j: int, *, request_kwargs: dict[str, Any],
+                       seed_parts: tuple[Any, ...]) -> list[Rollout]:
+        """Play `j` of `row`: its rollouts rewarded, grouped by (row key, role) and recorded."""
+        key = (row["metadata"]["split"], row["metadata"]["index"])
+        pool = RoutedSessionPool(self.base_url, self.routes, external=self.external)
+        kwargs = dict(request_kwargs)
+        if kwargs.get("temperature", 1.0) > 0:
+            kwargs["seed"] = play_seed(*seed_parts, *key, j)
+        play = await self.agent.play(pool, row, request_kwargs=kwargs)
+        return [await self._record(r, row, key) for r in apply_rewards(self.reward, play)]
 
     async def play_row(self, row: dict[str, Any], n: int, *, request_kwargs: dict[str, Any],
                        seed_parts: tuple[Any, ...]) -> list[Rollout]:
-        """`n` concurrent plays of `row`; every rollout is rewarded, grouped by (row key, role) and recorded."""
-        key = (row["metadata"]["split"], row["metadata"]["index"])
-
-        async def one(j: int) -> list[Rollout]:
-            pool = RoutedSessionPool(self.base_url, self.routes, external=self.external)
-            kwargs = dict(request_kwargs)
-            if kwargs.get("temperature", 1.0) > 0:
-                kwargs["seed"] = play_seed(*seed_parts, *key, j)
-            play = await self.agent.play(pool, row, request_kwargs=kwargs)
-            return [await self._record(r, row, key) for r in apply_rewards(self.reward, play)]
-
-        results = await asyncio.gather(*(one(j) for j in range(n)))
+        """`n` concurrent plays of `row` (`play_one`), unguarded."""
+        results = await asyncio.gather(*(self.play_one(row, j, request_kwargs=request_kwargs, seed_parts=seed_parts)
+                                         for j in range(n)))
         return [r for rs in results for r in rs]
 
     async def _record(self, rollout: Rollout, row: dict[str, Any], key: tuple[Any, ...]) -> Rollout:
@@ -120,9 +124,22 @@ class RolloutRunner:
             rollout.flag(Failure.NO_MODEL_TURN, "the play ended before the model's first turn")
         return rollout
 
-    async def play_rows(self, rows: Sequence[dict[str, Any]], n: int, *, request_kwargs: dict[str, Any],
-                        seed_parts: tuple[Any, ...]) -> list[list[Rollout]]:
-        """Every row's plays, all rows at once; one list per row, in row order."""
-        return list(await asyncio.gather(*(self.play_row(r, n, request_kwargs=request_kwargs,
-                                                         seed_parts=seed_parts) for r in rows)))
+    async def play_rows(self, rows: Sequence[dict[str, Any]], n: int | Sequence[int], *,
+                        request_kwargs: dict[str, Any], seed_parts: tuple[Any, ...]) -> list[list[Rollout]]:
+        """Every row's plays (`n` each, or `n[i]` for row i), all at once; one list per row, in row order.
+
+        Under the run's `breaker` a dependency that dies cuts the plays in flight and stops the call with
+        `DependencyLost` (or waits for it and replays what it cut: `agentrl.trainers.dependency`).
+        """
+        counts = [n] * len(rows) if isinstance(n, int) else list(n)
+        units = [(i, j) for i, count in enumerate(counts) for j in range(count)]
+
+        async def play(unit: Any) -> list[Rollout]:
+            return await self.play_one(rows[unit[0]], unit[1], request_kwargs=request_kwargs, seed_parts=seed_parts)
+
+        if self.breaker is None:
+            done = dict(zip(units, await asyncio.gather(*(play(u) for u in units)), strict=True))
+        else:
+            done = await play_guarded(self.breaker, units, play)
+        return [[r for j in range(count) for r in done[(i, j)]] for i, count in enumerate(counts)]
 

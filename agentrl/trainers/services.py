@@ -14,6 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.trainers.dependency import ENGINE_FAILURES, ENV_FAILURES, Breaker, Dependency
+from agentrl.trainers.failure_notes import FailureNotes
 from agentrl.trainers.policies import MAIN, Policy, routing, untrained_roles
 from agentrl.trainers.rollout import RolloutRunner
 
@@ -46,6 +48,16 @@ class RolloutServices:
             except Exception:  # noqa: BLE001 - closing the rest matters more than one failure
                 log.exception("stopping a rollout service failed")
         self._stops.clear()
+
+
+def dependency_breaker(t: DictConfig, env_url: str, engine_url: str) -> Breaker | None:
+    """The circuit breaker on the env server and the engine (`trainer.dependency_grace_s`, ...), for a trainer
+    whose schema has those keys (grpo, trl); None otherwise (sft: its evaluations just score what they get)."""
+    if "dependency_grace_s" not in t:
+        return None
+    deps = [Dependency("env server", env_url, ENV_FAILURES), Dependency("engine (its session server)", engine_url, ENGINE_FAILURES)]
+    return Breaker(deps, grace_s=float(t.dependency_grace_s), max_failures=int(t.max_dependency_failures),
+                   on_loss=str(t.on_dependency_loss), notes=FailureNotes(float(t.warn_failure_share)))
 
 
 def start_services(cfg: DictConfig, plan: Any, model_path: str, policies: Sequence[Policy] = ()) -> RolloutServices:
@@ -87,6 +99,7 @@ def start_services(cfg: DictConfig, plan: Any, model_path: str, policies: Sequen
         frozen = [r.name for r in cfg.agent.get("roles", []) or [] if r.get("frozen")] + untrained_roles(policies)
         runner = RolloutRunner(agent_for(plan.agent), session_server, reward=plan.reward,
                                frozen_roles=frozen, **routing(policies, servers))
+        runner.breaker = dependency_breaker(cfg.trainer, env_url, session_server.base_url)
         settings = OmegaConf.to_container(server_cfg, resolve=True)
         return RolloutServices(engine, session_server, env_url, runner, settings, stops, engines)
     except BaseException:

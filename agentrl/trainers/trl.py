@@ -19,6 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.grpo import checkpoint_root
 from agentrl.trainers.plots import reward_curves
 from agentrl.trainers.trl_args import (
@@ -29,6 +30,7 @@ from agentrl.trainers.trl_args import (
     report,
     use_cpu,
 )
+from agentrl.trainers.trl_worker import LOST_FILE
 from agentrl.trainers.warm_start import warm_start_path
 
 log = logging.getLogger(__name__)
@@ -157,6 +159,7 @@ class TRLTrainer:
         metrics_path, final_path = run_dir / "trl_metrics.jsonl", run_dir / "trl_final.json"
         metrics_path.unlink(missing_ok=True)
         final_path.unlink(missing_ok=True)
+        (run_dir / LOST_FILE).unlink(missing_ok=True)
         spec = {"config": OmegaConf.to_container(self.cfg, resolve=True), "start_path": start_path,
                 "output_dir": str(output_dir), "run_dir": str(run_dir), "metrics_path": str(metrics_path),
                 "final_path": str(final_path)}
@@ -171,6 +174,8 @@ class TRLTrainer:
         print(f"trl: launching {int(self.cfg.trainer.num_processes)} processes: {' '.join(command)}", flush=True)
         with MetricsForwarder(metrics_path, self.tracker, self.history):
             done = subprocess.run(command, env=env, cwd=run_dir)
+        if done.returncode != 0 and (run_dir / LOST_FILE).is_file():
+            raise DependencyLost((run_dir / LOST_FILE).read_text())
         if done.returncode != 0:
             raise RuntimeError(f"trainer=trl: the accelerate workers exited with {done.returncode} (their output "
                                "is above)")

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentrl.agents.record import Rollout
 from agentrl.devices import set_threads
 from agentrl.rewards import FAILED, group_drop_reason
+from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.evaluate import trainer_eval
 from agentrl.trainers.grpo import RowStream, rollout_metrics
 from agentrl.trainers.rollout import make_row
@@ -38,6 +39,7 @@ from agentrl.trainers.trl_args import grpo_config_kwargs, use_cpu
 
 log = logging.getLogger(__name__)
 Sink = Callable[[dict[str, float], int], None]
+LOST_FILE = "trl_dependency_lost.txt"  # a rank that lost the env server or its engine says which, here
 INDEX_KEY = "agentrl_index"  # carried in every prompt message: rollout_func receives only the prompts
 # TRL's log keys that mean what one of ours means (TRL's own names are kept beside, under trl/).
 SAME_MEANING = {"loss": "train/loss", "grad_norm": "train/grad_norm", "kl": "train/kl",
@@ -102,14 +104,14 @@ class Bridge:
         if int(self.t.top_k) > 0:
             kwargs["top_k"] = int(self.t.top_k)
 
-        async def play_all() -> list[list[Rollout]]:
-            rows = [make_row(self.plan.bundle, split, i, svc.env_url, svc.env_settings) for i in counts]
-            return list(await asyncio.gather(*(
-                svc.runner.play_row(row, n, request_kwargs=kwargs, seed_parts=(self.cfg.seed, step, rank, self.calls))
-                for row, n in zip(rows, counts.values(), strict=True))))
-
+        rows = [make_row(self.plan.bundle, split, i, svc.env_url, svc.env_settings) for i in counts]
         self.calls += 1
-        groups = asyncio.run(play_all())
+        # Under the run's breaker (services.py): a dead env server or engine stops the run within
+        # trainer.dependency_grace_s, naming it, or is waited for (trainer.on_dependency_loss).
+        groups = asyncio.run(svc.runner.play_rows(rows, list(counts.values()), request_kwargs=kwargs,
+                                                  seed_parts=(self.cfg.seed, step, rank, self.calls)))
+        if svc.runner.breaker is not None:
+            svc.runner.breaker.step_done(step, [r for g in groups for r in g])
         queues = {i: list(g) for i, g in zip(counts, groups, strict=True)}
         dropped = Counter(reason for g in groups if (reason := group_drop_reason(
             g, drop_no_signal=bool(self.t.drop_no_signal))) is not None)
@@ -286,8 +288,12 @@ def main(argv: list[str] | None = None) -> None:
         with metrics_path.open("a") as f:  # one line per call; the parent tails this file into the Tracker
             f.write(json.dumps({"step": step, "metrics": metrics}) + "\n")
 
-    final = train(cfg, plan, start_path=spec["start_path"], output_dir=spec["output_dir"], run_dir=spec["run_dir"],
-                  sink=to_file)
+    try:
+        final = train(cfg, plan, start_path=spec["start_path"], output_dir=spec["output_dir"],
+                      run_dir=spec["run_dir"], sink=to_file)
+    except DependencyLost as err:  # the parent reads it: one line for the user, not a rank's traceback
+        Path(spec["run_dir"], LOST_FILE).write_text(str(err))
+        raise
     if final:
         Path(spec["final_path"]).write_text(json.dumps(final))
 

@@ -1,0 +1,246 @@
+"""The circuit breaker on a run's dependencies: the env server and the engine (behind its session server).
+
+Why: a rollout that meets a dead env server waits out its own `connect_timeout`, and one that meets a frozen
+server (it accepts TCP, never answers) waits out its `reset_timeout` or tool deadline; the group filter then
+counts groups, not time, so a run used to go on for half an hour saying nothing. The breaker watches every
+finished play and, while plays are in flight, each dependency's `/health`, and trips on the first of:
+
+* **a streak**: `max_failures` plays in a row failed the same way against one dependency (e.g. `env_unreachable`)
+  and its `/health` does not answer right then (a probe with a short timeout);
+* **the grace window**: the dependency has been in trouble (a play failed against it, or its `/health` did not
+  answer) for `grace_s` seconds of play time with no play succeeding since.
+
+Tripped, `RolloutRunner.play_rows` cancels the plays still in flight (none waits out its own timeout) and, with
+`on_loss="stop"`, raises `DependencyLost` naming the dependency and what was seen; with `on_loss="wait"` it
+keeps every finished play, waits until the dependency's `/health` answers again, and replays only the plays that
+failed against it or were cut (`play_guarded`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from agentrl.agents.record import MODEL_FAILURES, Failure, Rollout
+from agentrl.http import async_client
+from agentrl.trainers.failure_notes import FailureNotes
+
+log = logging.getLogger(__name__)
+
+# What each dependency's failure looks like on a rollout.
+ENV_FAILURES = frozenset({Failure.ENV_UNREACHABLE, Failure.ENV_GONE, Failure.ENV_AUTH, Failure.DEPLOY,
+                          Failure.TOOL_TIMEOUT})
+ENGINE_FAILURES = frozenset({Failure.MODEL_GONE, Failure.MODEL_TIMEOUT, Failure.MODEL_ERROR})
+PROBE_EVERY_S = 5.0  # how often a dependency's /health is asked while plays are in flight
+PROBE_TIMEOUT_S = 5.0  # a /health slower than this counts as not answering (a frozen process never does)
+TICK_S = 0.5  # the watch's clock: how late a trip may be noticed
+WAIT_NOTICE_S = 60.0  # with on_loss=wait, how often the console is reminded what the run waits for
+ON_LOSS = ("stop", "wait")
+
+
+class DependencyLost(RuntimeError):
+    """A dependency of the run stopped answering (the message names it, its URL and what was seen)."""
+
+    def __init__(self, message: str, dependency: str = "", url: str = "") -> None:
+        super().__init__(message)
+        self.dependency, self.url = dependency, url
+
+
+@dataclass
+class Dependency:
+    """One service the plays need, and what the breaker has seen of it."""
+
+    name: str  # "env server", "engine"
+    url: str  # its base URL; `/health` is asked there
+    failures: frozenset[Failure]  # the rollout failures that blame it
+    streak: int = 0  # plays in a row that failed against it the same way
+    streak_kind: Failure | None = None
+    last_error: str = ""
+    trouble_s: float = 0.0  # play time spent in trouble since its last success
+    troubled: bool = False
+    health: str = ""  # what the last /health probe saw ("" when it answered 200)
+    last_probe: float = float("-inf")
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.url.rstrip('/')}/health"
+
+    def succeeded(self) -> None:
+        self.streak, self.streak_kind, self.trouble_s, self.troubled = 0, None, 0.0, False
+
+    def failed(self, kind: Failure, error: str) -> None:
+        self.streak = self.streak + 1 if kind == self.streak_kind else 1
+        self.streak_kind, self.last_error, self.troubled = kind, error, True
+
+    def seen(self) -> str:
+        """What was seen of it, in words, for the console and the stop message."""
+        parts = []
+        if self.health:
+            parts.append(f"/health {self.health}")
+        if self.streak_kind is not None:
+            parts.append(f"{self.streak} plays in a row failed {self.streak_kind.value}, the last: "
+                         f"{self.last_error[:300] or 'no detail'}")
+        return "; ".join(parts) or "no play succeeded"
+
+
+@dataclass
+class Breaker:
+    """The rules above over `dependencies`; shared by every `play_rows` call of one run (one process)."""
+
+    dependencies: list[Dependency]
+    grace_s: float = 50.0
+    max_failures: int = 16
+    on_loss: str = "stop"
+    notes: FailureNotes | None = None
+    abandoned: threading.Event = field(default_factory=threading.Event)  # set at shutdown: stop waiting
+
+    def __post_init__(self) -> None:
+        if self.on_loss not in ON_LOSS:
+            raise ValueError(f"trainer.on_dependency_loss must be stop or wait, got {self.on_loss!r}")
+        if self.grace_s <= 0 or self.max_failures < 1:
+            raise ValueError(f"trainer.dependency_grace_s must be > 0 and trainer.max_dependency_failures >= 1, "
+                             f"got {self.grace_s} and {self.max_failures}")
+
+    def record(self, rollouts: Sequence[Rollout]) -> None:
+        """A finished play: a success for each dependency it ran through, or a failure against one."""
+        if self.notes is not None:
+            self.notes.saw(rollouts)
+        clean = all(r.failure is None or r.failure in MODEL_FAILURES for r in rollouts)
+        for dep in self.dependencies:
+            blamed = [r for r in rollouts if r.failure in dep.failures]
+            if blamed:
+                if not dep.troubled:
+                    log.warning("%s at %s: a play failed %s (%s); the run stops after %gs without a success "
+                                "(trainer.dependency_grace_s) unless it recovers", dep.name, dep.url,
+                                blamed[0].failure.value, blamed[0].error[:300], self.grace_s)
+                dep.failed(blamed[0].failure, blamed[0].error)
+            elif clean:
+                if dep.troubled:
+                    log.warning("%s at %s: plays succeed again", dep.name, dep.url)
+                dep.succeeded()
+
+    def step_done(self, step: int, seen: Sequence[Rollout]) -> None:
+        """A trainer's step collected `seen`: the console hears of a high failure share."""
+        if self.notes is not None:
+            self.notes.step(step, seen)
+
+    async def probe(self, client: httpx.AsyncClient, dep: Dependency) -> bool:
+        """Ask `dep`'s /health (PROBE_TIMEOUT_S); True when it answered 200. Not answering is trouble."""
+        dep.last_probe = time.monotonic()
+        try:
+            response = await client.get(dep.health_url, timeout=PROBE_TIMEOUT_S)
+            answer = "" if response.status_code == 200 else \
+                f"answered HTTP {response.status_code}: {response.text[:200]}"
+        except httpx.TimeoutException:
+            answer = f"did not answer within {PROBE_TIMEOUT_S:g}s (the process is frozen or overloaded)"
+        except httpx.HTTPError as exc:
+            answer = f"could not be reached ({type(exc).__name__}: {exc or 'connection failed'})"
+        if answer and not dep.troubled:
+            log.warning("%s at %s: /health %s; the run stops after %gs without a success "
+                        "(trainer.dependency_grace_s) unless it recovers", dep.name, dep.url, answer, self.grace_s)
+        dep.health = answer
+        dep.troubled = dep.troubled or bool(answer)
+        return not answer
+
+    def tripped(self) -> Dependency | None:
+        """The first dependency past its grace window (the streak rule is checked with a probe, in `watch`)."""
+        return next((d for d in self.dependencies if d.troubled and d.trouble_s >= self.grace_s), None)
+
+    async def watch(self) -> Dependency:
+        """Run beside the plays: probe, keep the trouble clocks, and return the dependency that trips."""
+        async with async_client() as client:
+            last = time.monotonic()
+            while True:
+                now = time.monotonic()
+                for dep in self.dependencies:
+                    if dep.troubled:
+                        dep.trouble_s += now - last
+                last = now
+                due = [d for d in self.dependencies if now - d.last_probe >= PROBE_EVERY_S
+                       or (d.streak >= self.max_failures and now - d.last_probe >= TICK_S)]
+                answered = await asyncio.gather(*(self.probe(client, d) for d in due))
+                for dep, ok in zip(due, answered, strict=True):
+                    if dep.streak >= self.max_failures:
+                        if not ok:
+                            return dep
+                        dep.streak = 0  # it answers: those failures were not its death; the grace window judges
+                if (dep := self.tripped()) is not None:
+                    return dep
+                await asyncio.sleep(TICK_S)
+
+    def lost(self, dep: Dependency) -> DependencyLost:
+        """The stop: one message naming the dependency, what was seen, and the knobs."""
+        return DependencyLost(
+            f"the {dep.name} at {dep.url} stopped answering: {dep.seen()}; in trouble for {dep.trouble_s:.0f}s of "
+            f"play time with no play succeeding (trainer.dependency_grace_s={self.grace_s:g}, "
+            f"trainer.max_dependency_failures={self.max_failures}); trainer.on_dependency_loss=wait waits for "
+            "it to come back instead", dep.name, dep.url)
+
+    async def wait_back(self, dep: Dependency) -> None:
+        """Poll `dep`'s /health until it answers (on_loss=wait); `abandoned` ends the wait with DependencyLost."""
+        log.warning("the %s at %s stopped answering (%s): waiting for its /health to answer "
+                    "(trainer.on_dependency_loss=wait)", dep.name, dep.url, dep.seen())
+        started = noticed = time.monotonic()
+        async with async_client() as client:
+            while not await self.probe(client, dep):
+                if self.abandoned.is_set():
+                    raise self.lost(dep)
+                if time.monotonic() - noticed >= WAIT_NOTICE_S:
+                    noticed = time.monotonic()
+                    log.warning("still waiting for the %s at %s (%.0fs): /health %s", dep.name, dep.url,
+                                noticed - started, dep.health)
+                await asyncio.sleep(PROBE_EVERY_S)
+        log.warning("the %s at %s answers again after %.0fs: replaying the plays it cut", dep.name, dep.url,
+                    time.monotonic() - started)
+        for d in self.dependencies:
+            d.succeeded()
+
+
+Play = Callable[[Hashable], Awaitable[list[Rollout]]]
+
+
+async def _round(breaker: Breaker, units: Sequence[Hashable], play: Play,
+                 done: dict[Hashable, list[Rollout]]) -> Dependency | None:
+    """Play `units` at once, recording each as it ends; the tripped dependency (plays cut), or None."""
+    tasks = {asyncio.ensure_future(play(u)): u for u in units}
+    watch = asyncio.ensure_future(breaker.watch())
+    pending: set[asyncio.Future] = set(tasks)
+    try:
+        while pending:
+            finished, _ = await asyncio.wait(pending | {watch}, return_when=asyncio.FIRST_COMPLETED)
+            for task in finished - {watch}:
+                pending.discard(task)
+                done[tasks[task]] = task.result()  # a bug in a play (not a flagged failure) ends the call
+                breaker.record(done[tasks[task]])
+            if watch in finished:
+                return watch.result()
+        return None
+    finally:
+        for task in (*pending, watch):
+            task.cancel()
+        await asyncio.gather(*pending, watch, return_exceptions=True)
+
+
+async def play_guarded(breaker: Breaker, units: Sequence[Hashable], play: Play) -> dict[Hashable, list[Rollout]]:
+    """Every unit's play under the breaker: raises DependencyLost on a trip (on_loss=stop), or waits for the
+    dependency and replays what it cut, keeping the finished plays (on_loss=wait)."""
+    done: dict[Hashable, list[Rollout]] = {}
+    while len(done) < len(units):
+        dep = await _round(breaker, [u for u in units if u not in done], play, done)
+        if dep is None:
+            continue
+        if breaker.on_loss == "stop":
+            raise breaker.lost(dep)
+        cut = [u for u, rollouts in done.items() if any(r.failure in dep.failures for r in rollouts)]
+        for unit in cut:
+            del done[unit]
+        log.warning("%d finished plays kept; %d to replay once the %s is back", len(done), len(units) - len(done),
+                    dep.name)
+        await breaker.wait_back(dep)
+    return done

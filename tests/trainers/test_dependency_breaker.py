@@ -1,0 +1,170 @@
+"""The circuit breaker's rules (`agentrl/trainers/dependency.py`) against real servers: a real env server's
+/health (the echo bundle on loopback uvicorn), a port where nothing listens, and one whose process never answers
+(a socket that listens but never accepts). The plays are small coroutines that return rollout records or hang,
+so the tests see exactly which plays were cut, kept and replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+
+import pytest
+
+from agentrl.agents.record import Failure, Rollout
+from agentrl.envs.server import build_app
+from agentrl.envs.server.echo import EchoBundle
+from agentrl.serving import start_server_in_thread
+from agentrl.trainers.dependency import (
+    ENGINE_FAILURES,
+    ENV_FAILURES,
+    PROBE_EVERY_S,
+    Breaker,
+    Dependency,
+    DependencyLost,
+    play_guarded,
+)
+from agentrl.trainers.failure_notes import FailureNotes
+
+SLACK_S = 60  # a loaded box: ticks, probes and cancellation, never a speed claim
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def failed(kind: Failure, error: str = "boom") -> list[Rollout]:
+    r = Rollout()
+    r.flag(kind, error)
+    return [r]
+
+
+def clean() -> list[Rollout]:
+    return [Rollout(scores={"score": 1.0}, reward=1.0)]
+
+
+def breaker(env_url: str, engine_url: str, **kwargs) -> Breaker:
+    return Breaker([Dependency("env server", env_url, ENV_FAILURES),
+                    Dependency("engine", engine_url, ENGINE_FAILURES)], **kwargs)
+
+
+@pytest.fixture(scope="module")
+def live() -> str:
+    url, stop = start_server_in_thread(build_app(EchoBundle()))
+    yield url
+    stop()
+
+
+async def test_a_streak_trips_only_while_health_is_silent(live: str) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    b = breaker(dead, live, grace_s=600, max_failures=3)
+    for _ in range(3):
+        b.record(failed(Failure.ENV_UNREACHABLE, "connection refused"))
+    async with asyncio.timeout(SLACK_S):
+        dep = await b.watch()
+    assert dep.name == "env server" and "could not be reached" in dep.health
+    message = str(b.lost(dep))
+    assert f"the env server at {dead} stopped answering" in message and "3 plays in a row failed env_unreachable" \
+        in message and "connection refused" in message
+    # The same streak against a dependency whose /health answers: no trip (a restart it rode out).
+    b = breaker(live, live, grace_s=2 * PROBE_EVERY_S, max_failures=3)
+    for _ in range(3):
+        b.record(failed(Failure.ENV_GONE))
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(PROBE_EVERY_S):
+            await b.watch()
+    assert b.dependencies[0].streak == 0 and b.dependencies[0].troubled  # the grace window still judges it
+
+
+async def test_a_frozen_dependency_trips_by_the_grace_window_and_a_success_clears_it(live: str) -> None:
+    with socket.socket() as frozen:
+        frozen.bind(("127.0.0.1", 0))
+        frozen.listen(64)
+        url = f"http://127.0.0.1:{frozen.getsockname()[1]}"
+        b = breaker(live, url, grace_s=3, max_failures=100)  # no play failed: only /health says it
+        t0 = time.monotonic()
+        async with asyncio.timeout(SLACK_S):
+            dep = await b.watch()
+        assert time.monotonic() - t0 >= 3
+        assert dep.name == "engine" and "did not answer within" in dep.health
+    assert b.dependencies[0].troubled is False  # the live env server was never in trouble
+    b.record(clean())
+    assert not dep.troubled and dep.trouble_s == 0
+
+
+async def test_stop_cuts_the_plays_in_flight_instead_of_waiting_them_out(live: str, caplog) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    b = breaker(dead, live, grace_s=2, max_failures=100, notes=FailureNotes())
+    cut: list[int] = []
+
+    async def play(unit: int) -> list[Rollout]:
+        if unit == 0:
+            return failed(Failure.ENV_UNREACHABLE, "nothing listens")
+        try:
+            await asyncio.sleep(3600)  # a reset that would wait out its whole timeout
+        except asyncio.CancelledError:
+            cut.append(unit)
+            raise
+        return clean()
+
+    with caplog.at_level(logging.WARNING, logger="agentrl.trainers"):
+        async with asyncio.timeout(SLACK_S):
+            with pytest.raises(DependencyLost, match=f"the env server at {dead} stopped answering") as ei:
+                await play_guarded(b, list(range(8)), play)
+    assert sorted(cut) == list(range(1, 8)) and ei.value.url == dead
+    # The console heard of it when it happened: the new failure kind and the env server in trouble.
+    text = caplog.text
+    assert "first rollout flagged env_unreachable: nothing listens" in text and f"env server at {dead}" in text
+
+
+async def test_wait_keeps_finished_plays_and_replays_only_what_the_outage_cut(live: str) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    b = breaker(url, live, grace_s=600, max_failures=1, on_loss="wait")
+    calls: dict[int, int] = {0: 0, 1: 0, 2: 0}
+    back: list = []
+
+    async def play(unit: int) -> list[Rollout]:
+        calls[unit] += 1
+        if unit == 0:
+            return clean()  # finished before the outage: must never be played again
+        if back:
+            return clean()
+        if unit == 1:
+            await asyncio.sleep(0.5)  # after unit 0 has finished
+            return failed(Failure.ENV_UNREACHABLE, "connection refused")
+        await asyncio.sleep(3600)  # in flight when the breaker trips
+        return clean()
+
+    async def restart() -> None:
+        while not any(d.troubled for d in b.dependencies):
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # the breaker is waiting for /health by now
+        back.append(await asyncio.to_thread(start_server_in_thread, build_app(EchoBundle()), port=port))
+
+    try:
+        async with asyncio.timeout(SLACK_S + PROBE_EVERY_S):
+            restarter = asyncio.create_task(restart())
+            done = await play_guarded(b, [0, 1, 2], play)
+            await restarter
+    finally:
+        for _, stop in back:
+            stop()
+    assert calls == {0: 1, 1: 2, 2: 2}
+    assert all(r.failure is None for rs in done.values() for r in rs) and sorted(done) == [0, 1, 2]
+
+
+def test_failure_notes_warn_once_per_kind_and_on_a_high_share(caplog) -> None:
+    notes = FailureNotes(share=0.5)
+    with caplog.at_level(logging.WARNING, logger="agentrl.trainers"):
+        notes.saw(failed(Failure.DEPLOY, "reset refused"))
+        notes.saw(failed(Failure.DEPLOY, "again"))
+        assert notes.step(3, [*clean(), *clean(), *failed(Failure.DEPLOY)]) is None  # a third: under the share
+        line = notes.step(4, [*clean(), *failed(Failure.DEPLOY), *failed(Failure.MODEL_ERROR)])
+    assert caplog.text.count("first rollout flagged deploy") == 1 and "again" not in caplog.text
+    assert line is not None and "step 4: 2 of 3 rollouts flagged" in line and line in caplog.text
+    with pytest.raises(ValueError, match="warn_failure_share"):
+        FailureNotes(share=0)
