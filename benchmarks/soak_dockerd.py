@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import tempfile
@@ -170,11 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resets", type=int, default=8, help="resets started at once while the daemon is frozen")
     ap.add_argument("--docker-timeout", type=float, default=None, help="sandbox.docker_timeout (default: the config's)")
     ap.add_argument("--logs", default=None, help="folder for the server's log (default: a temporary one)")
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     logs = Path(args.logs or tempfile.mkdtemp(prefix="agentrl-soak-"))
     logs.mkdir(parents=True, exist_ok=True)
     rep = dockerd_frozen(args.resets, args.docker_timeout, logs)
     print(table(rep))
+    if args.json:
+        Path(args.json).write_text(json.dumps({**rep.__dict__, "ok": rep.ok}, indent=2))
     return 0 if rep.ok else 1
 
 
