@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
@@ -16,6 +17,7 @@ from agentrl.config.register import recipe_names
 from agentrl.config.validate import UnknownKeyError, check_typed_keys
 from agentrl.plan import Plan, PlanError, build_plan
 from agentrl.rewards import AllGroupsFailing
+from agentrl.tracking.liveness import dead_run_note
 from agentrl.tracking.mlflow_tracker import DatasetRef, ui_command
 from agentrl.trainers.dependency import DependencyLost
 
@@ -72,7 +74,8 @@ def engine_unavailable() -> type[Exception]:
     return EngineUnavailable
 
 
-def closing_block(*, status: str, run_dir: Path, tracker: Any, metrics: dict[str, Any], wall_s: float) -> str:
+def closing_block(*, status: str, run_dir: Path, tracker: Any, metrics: dict[str, Any], wall_s: float,
+                  resumable: bool = True) -> str:
     """The one block the end of a run prints: where it all is, what it scored, where the time went.
 
     Reports only what is present: a trainer that returns no greedy eval or no time split gets no such line.
@@ -92,6 +95,9 @@ def closing_block(*, status: str, run_dir: Path, tracker: Any, metrics: dict[str
     parts = [f"{name} {_minutes(s)}" for name, key in TIME_KEYS if (s := _value(metrics, key)) is not None]
     if parts:
         lines.append(f"wall time     {', '.join(parts)} (total {_minutes(wall_s)})")
+    for dead in getattr(tracker, "dead_runs", ()):  # earlier runs a kill left RUNNING, closed at this start
+        if dead.task == getattr(tracker, "task_name", None):
+            lines += dead_run_note(dead, resumable=resumable)
     return "\n".join(lines)
 
 
@@ -120,6 +126,7 @@ def run(cfg: DictConfig) -> float | None:
     tracker.start(
         cfg, choices=choices, run_dir=run_dir, overrides=list(hydra_cfg.overrides.task),
         resume_run_id=resume_run_id,
+        sweep_job=hydra_cfg.job.num if hydra_cfg.mode == RunMode.MULTIRUN else None,
     )
     if not resume_run_id:
         tracker.log_datasets(dataset_refs(plan))
@@ -148,5 +155,7 @@ def run(cfg: DictConfig) -> float | None:
     finally:
         tracker.finish(status)
         print(closing_block(status=status, run_dir=run_dir, tracker=tracker, metrics=metrics,
+                            resumable=bool(getattr(plan.trainer_cls, "checkpoint_kind", None)
+                                           or hasattr(plan.trainer_cls, "resume_run_id")),
                             wall_s=time.monotonic() - started), flush=True)
     return _value(metrics, "eval/reward")

@@ -115,6 +115,10 @@ def test_multirun_makes_one_parent_and_a_child_per_job(launcher: list[str], agen
     assert len(children) == 2 and len(runs) == 3
     assert sorted(float(c.data.params["trainer/lr"]) for c in children) == [1e-5, 3e-5]
     assert all(c.data.tags["choice.trainer"] == "grpo" for c in children)
+    # Each job's name: the recipe, the override its jobs vary, the seed and its number in the sweep.
+    assert sorted(c.info.run_name for c in children) == ["gridsim_grpo lr=1e-05 seed=0 #0",
+                                                         "gridsim_grpo lr=3e-05 seed=0 #1"]
+    assert "== agentrl sweep: 2 jobs" in proc.stdout
 
 
 QUICK_LOOK = ["+recipe=gridsim_grpo", "trainer.warm_start.steps=100", "trainer.steps=5", "trainer.eval_limit=20"]

@@ -17,5 +17,10 @@ class MLflowLoggerConfig(LoggerConfig):
     experiment: str = "agentrl"
     # Where dry runs (dry_run=true) log, so the experiment above lists real runs only; null: the same experiment.
     dry_run_experiment: str | None = "${.experiment}-dry-runs"
-    run_name: str | None = None  # null: the recipe and the job's overrides
+    run_name: str | None = None  # null: the recipe, the job's overrides that differ and the seed
     log_artifacts: bool = True  # the resolved config and the .hydra folder
+    # Seconds between a run's heartbeats (one tag write each): a later start judges a silent run by them.
+    heartbeat_s: float = 30.0
+    # A RUNNING run of another host whose heartbeat is older than this is closed as KILLED at the next start
+    # (on this host a run is closed as soon as its process is gone).
+    stale_after_s: float = 600.0

@@ -16,10 +16,15 @@ from urllib.parse import unquote, urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.tracking.liveness import DeadRun, Heartbeat, mark_dead_runs, process_tags
+from agentrl.tracking.run_names import run_name as make_run_name
 from agentrl.tracking.uri import resolve_tracking_uri
 
 # Environment variable through which a multirun's parent run reaches its jobs (basic launcher: same process).
 PARENT_RUN_ENV = "AGENTRL_MLFLOW_PARENT_RUN_ID"
+# The parent run's tag listing (JSON) the override keys a sweep fixes for all its jobs: their names leave them out.
+SWEEP_FIXED_KEYS_TAG = "agentrl.sweep.fixed_keys"
+SWEEP_JOB_TAG = "agentrl.sweep.job"  # a job's number in its sweep
 # MLflow's log-batch REST limits.
 _PARAMS_PER_BATCH = 100
 _METRICS_PER_BATCH = 1000
@@ -150,8 +155,14 @@ class MLflowTracker:
         log_artifacts: bool = True,
         output_root: str | Path = "outputs",
         dry_run_experiment: str | None = None,
+        heartbeat_s: float = 30.0,
+        stale_after_s: float = 600.0,
     ) -> None:
         from mlflow.tracking import MlflowClient
+
+        for key, value in (("heartbeat_s", heartbeat_s), ("stale_after_s", stale_after_s)):
+            if not float(value) > 0:
+                raise ValueError(f"logger.{key} must be > 0 seconds, got {value}")
 
         self.tracking_uri = resolve_tracking_uri(tracking_uri, output_root)
         self.experiment = experiment
@@ -162,6 +173,11 @@ class MLflowTracker:
         self.log_artifacts_enabled = log_artifacts
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         self.run_id: str | None = None
+        self.heartbeat_s, self.stale_after_s = float(heartbeat_s), float(stale_after_s)
+        self._heartbeat: Heartbeat | None = None
+        self.task_name = ""
+        # RUNNING runs of the experiment that this start found without a live process and closed as KILLED.
+        self.dead_runs: list[DeadRun] = []
         # On resume: the last step already logged per metric. A killed run may have logged steps past its
         # last checkpoint; the resumed run replays those steps and must not log them twice.
         self._logged_upto: dict[str, int] = {}
@@ -174,22 +190,30 @@ class MLflowTracker:
         run_dir: Path,
         overrides: list[str] | None = None,
         resume_run_id: str | None = None,
+        sweep_job: int | None = None,
     ) -> str:
         """Open (or reopen, on resume) the run; log params, tags, description and config artifacts once.
 
         A dry run goes to `dry_run_experiment` (when set), never to the experiment real runs are compared in.
+        `sweep_job`: the job's number in its multirun (None outside one), which keeps the jobs' names apart.
+        Every start then closes the experiment's RUNNING runs whose process is gone (`dead_runs`).
         """
         if cfg.get("dry_run") and self.dry_run_experiment:
             self.experiment = self.dry_run_experiment
+        self.task_name = str(cfg.get("task_name") or "")
         if resume_run_id:
             self.run_id = resume_run_id
             self.experiment_id = self.client.get_run(resume_run_id).info.experiment_id
             self.client.update_run(resume_run_id, status="RUNNING")
+            self.set_tags(process_tags())  # this process now: the old one's pid would read as dead
             for key in self.client.get_run(resume_run_id).data.metrics:
                 steps = [m.step for m in self.client.get_metric_history(resume_run_id, key)]
                 self._logged_upto[key] = max(steps, default=-1)
+            self._watch()
             return resume_run_id
+        parent = os.environ.get(PARENT_RUN_ENV)
         tags: dict[str, str] = {f"choice.{g}": str(o) for g, o in sorted(choices.items()) if o is not None}
+        tags.update(process_tags())
         tags["hydra.overrides"] = " ".join(overrides or [])[:_TAG_VALUE_CHARS]
         tags["agentrl.run_dir"] = str(run_dir)
         tags["agentrl.dry_run"] = str(bool(cfg.dry_run)).lower()
@@ -198,12 +222,15 @@ class MLflowTracker:
             tags["mlflow.source.git.commit"] = commit
         if cfg.get("description"):
             tags[DESCRIPTION_TAG] = str(cfg.description)[:_TAG_VALUE_CHARS]
-        parent = os.environ.get(PARENT_RUN_ENV)
         if parent:
             tags["mlflow.parentRunId"] = parent
+        if sweep_job is not None:
+            tags[SWEEP_JOB_TAG] = str(sweep_job)
         self.experiment_id = experiment_id(self.client, self.experiment, self.tracking_uri)
-        run = self.client.create_run(self.experiment_id, run_name=self.run_name, tags=tags)
+        run = self.client.create_run(self.experiment_id, run_name=self._name(cfg, choices, overrides, parent,
+                                                                              sweep_job), tags=tags)
         self.run_id = run.info.run_id
+        self._watch()
         self._log_params(OmegaConf.to_container(cfg, resolve=True))
         if self.log_artifacts_enabled:
             resolved = run_dir / "config_resolved.yaml"
@@ -214,6 +241,23 @@ class MLflowTracker:
             if hydra_dir.is_dir():
                 self.log_artifact(hydra_dir, "hydra")
         return self.run_id
+
+    def _name(self, cfg: DictConfig, choices: dict[str, str | None], overrides: list[str] | None,
+              parent: str | None, sweep_job: int | None) -> str:
+        """`logger.run_name`, else the recipe, the job's overrides that differ and the seed; `#N` in a sweep."""
+        if self.run_name:
+            return self.run_name if sweep_job is None else f"{self.run_name} #{sweep_job}"
+        fixed: list[str] = []
+        if parent:
+            fixed = json.loads(self.client.get_run(parent).data.tags.get(SWEEP_FIXED_KEYS_TAG, "[]"))
+        recipe = choices.get("recipe") or str(cfg.get("task_name") or "run")
+        return make_run_name(recipe, overrides or [], cfg.get("seed"), fixed_keys=fixed, job=sweep_job)
+
+    def _watch(self) -> None:
+        """Close the experiment's runs that died RUNNING, then keep this run's heartbeat going."""
+        self.dead_runs = mark_dead_runs(self.client, self.experiment_id, stale_after_s=self.stale_after_s,
+                                        found_by=self.run_id, skip=frozenset({self.run_id}))
+        self._heartbeat = Heartbeat(self.client, self.run_id, self.heartbeat_s).start()
 
     def _log_params(self, container: Any) -> None:
         from mlflow.entities import Param
@@ -337,5 +381,8 @@ class MLflowTracker:
 
     def finish(self, status: str = "FINISHED") -> None:
         """Close the run (FINISHED, FAILED or KILLED)."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
         if self.run_id:
             self.client.set_terminated(self.run_id, status=status)
