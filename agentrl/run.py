@@ -59,6 +59,12 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
+def trainer_notes(trainer: Any) -> str:
+    """The closing block's lines the trainer adds (steps that made no update); '' when it has none."""
+    watch = getattr(trainer, "no_update", None)
+    return "\n".join(watch.closing_lines()) if watch is not None else ""
+
+
 def _value(metrics: dict[str, Any], key: str) -> float | None:
     value = metrics.get(key)
     try:
@@ -142,6 +148,7 @@ def run(cfg: DictConfig) -> float | None:
 
     status = "FAILED"
     metrics: dict[str, Any] = {}
+    trainer: Any = None
     try:
         trainer = plan.trainer_cls(cfg, plan=plan, tracker=tracker)
         metrics = trainer.fit() or {}
@@ -158,4 +165,6 @@ def run(cfg: DictConfig) -> float | None:
                             resumable=bool(getattr(plan.trainer_cls, "checkpoint_kind", None)
                                            or hasattr(plan.trainer_cls, "resume_run_id")),
                             wall_s=time.monotonic() - started), flush=True)
+        if notes := trainer_notes(trainer):  # the block's last lines: what the trainer saw go wrong
+            print(notes, flush=True)
     return _value(metrics, "eval/reward")

@@ -33,6 +33,7 @@ from agentrl.rewards import FAILED, FailureStreak, failure_cause, group_drop_rea
 from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.evaluate import trainer_eval
 from agentrl.trainers.health import HealthWatch
+from agentrl.trainers.no_update import NoUpdateWatch
 from agentrl.trainers.plots import reward_curves
 from agentrl.trainers.policies import MAIN, Policy, load_learners, main_policy, plan_policies, step_policies
 from agentrl.trainers.rollout import make_row
@@ -129,6 +130,7 @@ class GRPOTrainer:
         self.streak = FailureStreak(int(self.t.max_drops_in_a_row))
         self.times: Counter[str] = Counter()  # wall seconds: warm_start, train, eval
         self.health = HealthWatch(cfg.agent.get("health"))  # the recipe's healthy ranges, judged at the end
+        self.no_update = NoUpdateWatch(penalize=self.t.model_failures == "drop")  # steps that trained nothing
         # off_policy_steps=1: the next step's collection, played on one background thread while this step trains
         self.prefetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentrl-rollouts")
         self.ahead: concurrent.futures.Future | None = None
@@ -311,6 +313,7 @@ class GRPOTrainer:
                     metrics.update(self._evaluate(step))
                 self.tracker.log(metrics, step=step)
                 self.health.add(metrics)
+                self.no_update.add(step, metrics)
                 if ckpt_every and (step % ckpt_every == 0 or step == steps):
                     self._save(step)
                 bar.set_postfix(reward=f"{metrics['train/reward']:.3f}",

@@ -140,6 +140,7 @@ def step_policies(policies: Sequence[Policy], played: Sequence[Any], engines: Ma
         items, _ = p.learner.items(played, policy=p.name)  # the learner's advantage kind and reward shaping
         out = dict(_EMPTY_STEP)
         out.update({k.removeprefix("train/"): v for k, v in p.learner.step(items).items()})
+        out["updates"] = 1.0 if items else 0.0  # 0: every group dropped, nothing trained (trainers/no_update.py)
         metrics.update({f"{metric_prefix(p)}{k}": v for k, v in out.items()})
         if items:
             push_s += p.learner.push(engines[p.name])

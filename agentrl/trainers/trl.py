@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.grpo import checkpoint_root
+from agentrl.trainers.no_update import NoUpdateWatch
 from agentrl.trainers.plots import reward_curves
 from agentrl.trainers.trl_args import (
     TRLConfigError,
@@ -47,8 +48,9 @@ def require_trl() -> None:
 class MetricsForwarder:
     """Tails rank 0's metrics file into the Tracker while the workers run (and once more at the end)."""
 
-    def __init__(self, path: Path, tracker: Any, history: dict[str, list[tuple[int, float]]]) -> None:
-        self.path, self.tracker, self.history = path, tracker, history
+    def __init__(self, path: Path, tracker: Any, history: dict[str, list[tuple[int, float]]],
+                 watch: NoUpdateWatch | None = None) -> None:
+        self.path, self.tracker, self.history, self.watch = path, tracker, history, watch
         self.offset = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="agentrl-trl-metrics", daemon=True)
@@ -61,7 +63,7 @@ class MetricsForwarder:
             while (line := f.readline()).endswith("\n"):  # a half-written last line waits for the next pass
                 self.offset = f.tell()
                 entry = json.loads(line)
-                record(entry["metrics"], int(entry["step"]), self.tracker, self.history)
+                record(entry["metrics"], int(entry["step"]), self.tracker, self.history, self.watch)
 
     def _loop(self) -> None:
         while not self.stop.wait(1.0):
@@ -77,9 +79,12 @@ class MetricsForwarder:
         self._drain()
 
 
-def record(metrics: dict[str, float], step: int, tracker: Any, history: dict[str, list[tuple[int, float]]]) -> None:
-    """Log one step's metrics and keep the reward curves' points."""
+def record(metrics: dict[str, float], step: int, tracker: Any, history: dict[str, list[tuple[int, float]]],
+           watch: NoUpdateWatch | None = None) -> None:
+    """Log one step's metrics, keep the reward curves' points and let `watch` see steps without an update."""
     tracker.log(metrics, step=step)
+    if watch is not None:
+        watch.add(step, metrics)
     for key in history:
         if key in metrics:
             history[key].append((step, float(metrics[key])))
@@ -95,6 +100,7 @@ class TRLTrainer:
         except TRLConfigError as err:
             raise SystemExit(f"agentrl: {err}") from None
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
+        self.no_update = NoUpdateWatch(penalize=False)  # model_failures=penalize is the built-in trainer's only
 
     @classmethod
     def plan_problem(cls, cfg: DictConfig) -> str | None:
@@ -143,7 +149,7 @@ class TRLTrainer:
                 from agentrl.trainers.trl_worker import train
 
                 final = train(cfg, self.plan, start_path=start_path, output_dir=str(output_dir), run_dir=str(run_dir),
-                              sink=lambda m, step: record(m, step, self.tracker, self.history))
+                              sink=lambda m, step: record(m, step, self.tracker, self.history, self.no_update))
             folder = run_dir / "final_model"
             if folder.is_dir() and hasattr(self.tracker, "log_model"):
                 self.tracker.log_model(folder)
@@ -151,6 +157,9 @@ class TRLTrainer:
             self._plot(run_dir)
         final.pop("history", None)
         final["time/warm_start_total_s"] = warm_s
+        if no_update := self.no_update.metrics():
+            self.tracker.log(no_update, step=int(cfg.trainer.steps))
+            final.update(no_update)
         return {k: float(v) for k, v in final.items() if isinstance(v, int | float)}
 
     def _launch(self, start_path: str, run_dir: Path, output_dir: Path) -> dict[str, Any]:
@@ -172,7 +181,7 @@ class TRLTrainer:
         threads = int(self.cfg.trainer.get("threads") or 0)
         env.setdefault("OMP_NUM_THREADS", str(threads or 1))  # torchrun's default otherwise warns and picks 1
         print(f"trl: launching {int(self.cfg.trainer.num_processes)} processes: {' '.join(command)}", flush=True)
-        with MetricsForwarder(metrics_path, self.tracker, self.history):
+        with MetricsForwarder(metrics_path, self.tracker, self.history, self.no_update):
             done = subprocess.run(command, env=env, cwd=run_dir)
         if done.returncode != 0 and (run_dir / LOST_FILE).is_file():
             raise DependencyLost((run_dir / LOST_FILE).read_text())

@@ -163,6 +163,9 @@ class Bridge:
                         "train/tokens": float(sum(p[4] for p in parts))})
         metrics.update({f"rollout/groups_dropped/{k}": float(v) for k, v in drops.items()})
         metrics["rollout/groups_kept"] = metrics["rollout/rows_drawn"] - metrics["rollout/groups_dropped"]
+        # TRL steps its optimizer whatever it is given; with every group masked out (failed) or without signal
+        # that step moves nothing, so it counts as no update, as under trainer=grpo (trainers/no_update.py).
+        metrics["train/updates"] = float(metrics["rollout/groups_kept"] > 0 and metrics["train/tokens"] > 0)
         metrics.update({"time/generate_s": generate_s, "time/weight_push_s": push_s,
                         "perf/generate_tokens_per_s": metrics["rollout/model_tokens"] / max(generate_s, 1e-9)})
         self.step_metrics = metrics
