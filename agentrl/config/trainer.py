@@ -121,7 +121,8 @@ class DependencyWatchConfig:
     # Seconds of play with the env server or the engine in trouble (plays failing against it, or its /health not
     # answering) and no play succeeding before the breaker trips.
     dependency_grace_s: float = 50.0
-    # Trip sooner: this many plays in a row failed the same way against one dependency and its /health is silent.
+    # Trip sooner: this many plays in a row failed the same way against one dependency and its /health answers
+    # an error (it says it cannot serve; a silent one may be restarting: the grace window judges that).
     max_dependency_failures: int = 16
     on_dependency_loss: str = "stop"  # stop: end the run naming it | wait: wait for its /health, replay what it cut
     warn_failure_share: float = 0.5  # warn on the console when a step flags at least this share of its rollouts

@@ -135,8 +135,8 @@ class EpisodeClient:
         if ws is not None:
             try:
                 await asyncio.wait_for(ws.close(), 2)
-            except Exception:  # already dead
-                pass
+            except Exception:  # already dead, or frozen (no closing handshake): let go of the socket now
+                ws.transport.abort()
 
     async def _exchange(self, frame: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send one frame and read its reply; any failure drops the connection."""

@@ -5,8 +5,9 @@ server (it accepts TCP, never answers) waits out its `reset_timeout` or tool dea
 counts groups, not time, so a run used to go on for half an hour saying nothing. The breaker watches every
 finished play and, while plays are in flight, each dependency's `/health`, and trips on the first of:
 
-* **a streak**: `max_failures` plays in a row failed the same way against one dependency (e.g. `env_unreachable`)
-  and its `/health` does not answer right then (a probe with a short timeout);
+* **a streak**: `max_failures` plays in a row failed the same way against one dependency (e.g. `model_error`)
+  and its `/health`, asked right then, says it is unhealthy (answers an error: an engine whose worker died says
+  503). A `/health` that does not answer at all may be a restart: that is left to the grace window;
 * **the grace window**: the dependency has been in trouble (a play failed against it, or its `/health` did not
   answer) for `grace_s` seconds of play time with no play succeeding since.
 
@@ -65,6 +66,7 @@ class Dependency:
     trouble_s: float = 0.0  # play time spent in trouble since its last success
     troubled: bool = False
     health: str = ""  # what the last /health probe saw ("" when it answered 200)
+    unhealthy: bool = False  # the last probe was answered, with an error status: it says it cannot serve
     last_probe: float = float("-inf")
 
     @property
@@ -133,10 +135,12 @@ class Breaker:
     async def probe(self, client: httpx.AsyncClient, dep: Dependency) -> bool:
         """Ask `dep`'s /health (PROBE_TIMEOUT_S); True when it answered 200. Not answering is trouble."""
         dep.last_probe = time.monotonic()
+        dep.unhealthy = False
         try:
             response = await client.get(dep.health_url, timeout=PROBE_TIMEOUT_S)
             answer = "" if response.status_code == 200 else \
                 f"answered HTTP {response.status_code}: {response.text[:200]}"
+            dep.unhealthy = bool(answer)
         except httpx.TimeoutException:
             answer = f"did not answer within {PROBE_TIMEOUT_S:g}s (the process is frozen or overloaded)"
         except httpx.HTTPError as exc:
@@ -162,14 +166,14 @@ class Breaker:
                     if dep.troubled:
                         dep.trouble_s += now - last
                 last = now
-                due = [d for d in self.dependencies if now - d.last_probe >= PROBE_EVERY_S
-                       or (d.streak >= self.max_failures and now - d.last_probe >= TICK_S)]
+                due = [d for d in self.dependencies if now - d.last_probe >= PROBE_EVERY_S]
                 answered = await asyncio.gather(*(self.probe(client, d) for d in due))
                 for dep, ok in zip(due, answered, strict=True):
                     if dep.streak >= self.max_failures:
-                        if not ok:
+                        if dep.unhealthy:
                             return dep
-                        dep.streak = 0  # it answers: those failures were not its death; the grace window judges
+                        if ok:  # it answers: those failures were not its death; the grace window judges
+                            dep.streak = 0
                 if (dep := self.tripped()) is not None:
                     return dep
                 await asyncio.sleep(TICK_S)

@@ -58,25 +58,44 @@ def live() -> str:
     stop()
 
 
-async def test_a_streak_trips_only_while_health_is_silent(live: str) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    b = breaker(dead, live, grace_s=600, max_failures=3)
+@pytest.fixture(scope="module")
+def unhealthy() -> str:
+    """A server whose /health says it cannot serve (503 with its reason), as a session server over a dead engine."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        return JSONResponse({"status": "unavailable", "error": "the engine's worker died"}, status_code=503)
+
+    url, stop = start_server_in_thread(app)
+    yield url
+    stop()
+
+
+async def test_a_streak_trips_when_health_says_unhealthy_not_when_it_is_silent(live: str, unhealthy: str) -> None:
+    b = breaker(live, unhealthy, grace_s=600, max_failures=3)
     for _ in range(3):
-        b.record(failed(Failure.ENV_UNREACHABLE, "connection refused"))
+        b.record(failed(Failure.MODEL_ERROR, "answered HTTP 503"))
     async with asyncio.timeout(SLACK_S):
         dep = await b.watch()
-    assert dep.name == "env server" and "could not be reached" in dep.health
+    assert dep.name == "engine" and "HTTP 503" in dep.health and "worker died" in dep.health
     message = str(b.lost(dep))
-    assert f"the env server at {dead} stopped answering" in message and "3 plays in a row failed env_unreachable" \
-        in message and "connection refused" in message
-    # The same streak against a dependency whose /health answers: no trip (a restart it rode out).
-    b = breaker(live, live, grace_s=2 * PROBE_EVERY_S, max_failures=3)
-    for _ in range(3):
-        b.record(failed(Failure.ENV_GONE))
-    with pytest.raises(TimeoutError):
-        async with asyncio.timeout(PROBE_EVERY_S):
-            await b.watch()
-    assert b.dependencies[0].streak == 0 and b.dependencies[0].troubled  # the grace window still judges it
+    assert f"the engine at {unhealthy} stopped answering" in message and "3 plays in a row failed model_error" \
+        in message and "answered HTTP 503" in message
+    # Nothing listens (it may be restarting) or it answers (a blip it rode out): the streak alone trips nothing;
+    # the grace window judges.
+    for env_url in (f"http://127.0.0.1:{free_port()}", live):
+        b = breaker(env_url, live, grace_s=600, max_failures=3)
+        for _ in range(3):
+            b.record(failed(Failure.ENV_UNREACHABLE, "connection refused"))
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(2 * PROBE_EVERY_S):
+                await b.watch()
+        env = b.dependencies[0]
+        assert env.troubled and env.streak == (3 if env_url != live else 0), env_url
 
 
 async def test_a_frozen_dependency_trips_by_the_grace_window_and_a_success_clears_it(live: str) -> None:
@@ -123,7 +142,7 @@ async def test_stop_cuts_the_plays_in_flight_instead_of_waiting_them_out(live: s
 async def test_wait_keeps_finished_plays_and_replays_only_what_the_outage_cut(live: str) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    b = breaker(url, live, grace_s=600, max_failures=1, on_loss="wait")
+    b = breaker(url, live, grace_s=2, on_loss="wait")
     calls: dict[int, int] = {0: 0, 1: 0, 2: 0}
     back: list = []
 
@@ -140,9 +159,9 @@ async def test_wait_keeps_finished_plays_and_replays_only_what_the_outage_cut(li
         return clean()
 
     async def restart() -> None:
-        while not any(d.troubled for d in b.dependencies):
+        while b.tripped() is None:  # until the breaker has cut the plays and waits for /health
             await asyncio.sleep(0.1)
-        await asyncio.sleep(1.0)  # the breaker is waiting for /health by now
+        await asyncio.sleep(0.5)
         back.append(await asyncio.to_thread(start_server_in_thread, build_app(EchoBundle()), port=port))
 
     try:
