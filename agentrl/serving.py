@@ -4,6 +4,8 @@
   daemon thread with its own event loop (trainers and tests run servers in-process this way).
 * `DeadlineServer`: a foreground uvicorn server whose shutdown cannot outlast a deadline, so a
   wedged handler (an engine stuck in a forward pass) never keeps SIGTERM from ending the process.
+* Both take `on_shutdown(grace_s)`, called as shutdown begins (`HookedServer`), so an app can answer
+  its open requests itself before uvicorn's grace period ends.
 
 Neutral on purpose: `agentrl.envs` and `agentrl.inference` both import it, never each other.
 """
@@ -29,11 +31,13 @@ log = logging.getLogger(__name__)
 class ThreadedServer:
     """uvicorn serving `app` on a daemon thread; `config` goes to `uvicorn.Config` (log_level, lifespan, ...)."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, **config: Any) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *,
+                 on_shutdown: Callable[[float | None], None] | None = None, **config: Any) -> None:
         self.app = app
         self.host = host
         self.port = int(port)
         self._config = {"log_level": "warning", **config}
+        self._on_shutdown = on_shutdown
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -47,7 +51,8 @@ class ThreadedServer:
             sock.close()
             raise
         self.port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(self.app, host=self.host, port=self.port, **self._config))
+        server = HookedServer(uvicorn.Config(self.app, host=self.host, port=self.port, **self._config),
+                              on_shutdown=self._on_shutdown)
         errors: list[BaseException] = []
 
         def run() -> None:
@@ -116,7 +121,28 @@ def serve_in_background(app: Any, host: str = "127.0.0.1", port: int = 0, **kwar
         stop()
 
 
-class DeadlineServer(uvicorn.Server):
+class HookedServer(uvicorn.Server):
+    """uvicorn's server, calling `on_shutdown(grace_s)` on its event loop as shutdown begins.
+
+    `grace_s` is `timeout_graceful_shutdown` (None: no limit), after which uvicorn cancels the requests
+    still open and answers them with a 500 in plain text; the hook lets the app answer them first.
+    """
+
+    def __init__(self, config: uvicorn.Config, *, on_shutdown: Callable[[float | None], None] | None = None) -> None:
+        super().__init__(config)
+        self.on_shutdown = on_shutdown
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.on_shutdown is not None:
+            grace = self.config.timeout_graceful_shutdown
+            try:
+                self.on_shutdown(None if grace is None else float(grace))
+            except Exception:  # a failing hook must not stop the shutdown
+                log.exception("the on_shutdown hook failed")
+        await super().shutdown(sockets)
+
+
+class DeadlineServer(HookedServer):
     """A uvicorn server that exits the process `deadline` seconds after shutdown begins, whatever runs.
 
     uvicorn's graceful shutdown waits for every open request, and the code after it (closing an
@@ -125,8 +151,9 @@ class DeadlineServer(uvicorn.Server):
     below `deadline` so a clean shutdown normally finishes first.
     """
 
-    def __init__(self, config: uvicorn.Config, *, deadline: float = 5.0) -> None:
-        super().__init__(config)
+    def __init__(self, config: uvicorn.Config, *, deadline: float = 5.0,
+                 on_shutdown: Callable[[float | None], None] | None = None) -> None:
+        super().__init__(config, on_shutdown=on_shutdown)
         self.deadline = float(deadline)
         self.exit_code = 0
         self._watchdog: threading.Thread | None = None

@@ -12,6 +12,7 @@ class InferenceConfig:
     _target_: str = MISSING
     host: str = "127.0.0.1"
     port: int = 0  # the session server's port; 0 picks a free one
+    max_body_bytes: int = 16 << 20  # the session server refuses a larger request body (413)
 
 
 @dataclass

@@ -2,7 +2,9 @@
 
 One request must never be able to break the engine, so numbers are strict and finite (JSON `NaN`,
 `Infinity` and `1e400` are refused), integers are integers (`max_tokens: 1.5` is an error, not 1),
-and ranges are those sampling can honour. Unknown keys are kept (OpenAI and SGLang clients send
+and ranges are those sampling can honour: every integer has an upper bound too (`max_tokens` the
+model's context, see `request_model`; ids and `top_k` what an int32 holds), so a huge number is
+refused naming its field instead of being clamped. Unknown keys are kept (OpenAI and SGLang clients send
 `model`, `logprobs`, `skip_special_tokens`, ...) but may hold only finite numbers and at most
 `MAX_DEPTH` levels of nesting, since the body is recorded and sent back by `GET /sessions/{id}`.
 A bad body answers 400 `{"error": "<field>: <why>"}` (see `describe`).
@@ -13,9 +15,11 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 MAX_DEPTH = 64  # a tool's JSON schema nests a few levels; a thousand only exhausts recursion downstream
+INT32_MAX = 2**31 - 1  # what SGLang and vLLM take for top_k and token ids
+MAX_STOP_TOKEN_IDS = 1024
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
@@ -67,13 +71,14 @@ class ChatCompletionRequest(_Strict):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[Tool] | None = None
     model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)  # OpenAI's newer name; wins over max_tokens
+    max_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)  # `request_model` bounds it by the context
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)  # OpenAI's newer name; wins
     temperature: FiniteFloat | None = Field(default=None, ge=0)  # 0 is greedy
     top_p: FiniteFloat | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=-1)  # 0 or -1 (SGLang's and Miles' "off") disable it
+    top_k: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # 0 or -1 (SGLang's and Miles' "off") disable it
     seed: int | None = Field(default=None, ge=-(2**63), le=2**64 - 1)  # what torch.Generator.manual_seed takes
-    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    stop_token_ids: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] | None = Field(default=None,
+                                                                                  max_length=MAX_STOP_TOKEN_IDS)
     ignore_eos: bool | None = None
     skip_special_tokens: bool | None = None  # sent by Miles; replies keep special tokens either way
     no_stop_trim: bool | None = None  # sent by Miles; the stop token is always in the token ids
@@ -125,6 +130,17 @@ class ChatCompletionRequest(_Strict):
     def record(self) -> dict[str, Any]:
         """The body as the client sent it (unset defaults left out), for the session's record."""
         return self.model_dump(exclude_unset=True)
+
+
+def request_model(max_tokens: int | None) -> type[ChatCompletionRequest]:
+    """`ChatCompletionRequest` with `max_tokens` and `max_completion_tokens` at most `max_tokens` (the model's
+    context); None leaves them bounded by INT32_MAX only. The bound shows in the OpenAPI schema too."""
+    bound = INT32_MAX if max_tokens is None else max(1, int(max_tokens))
+    return create_model(  # type: ignore[call-overload]
+        "ChatCompletionRequest", __base__=ChatCompletionRequest, __doc__=ChatCompletionRequest.__doc__,
+        max_tokens=(int | None, Field(default=None, ge=1, le=bound)),
+        max_completion_tokens=(int | None, Field(default=None, ge=1, le=bound)),
+    )
 
 
 def check_tree(value: Any, max_depth: int = MAX_DEPTH) -> None:

@@ -139,6 +139,12 @@ def suffix_ids(tokenizer: Any, stored: list[dict], added: list[dict], tools: lis
     `end_text` is the assistant turn's end-of-turn text (e.g. "<|im_end|>"); when the model already
     sampled it (`ended_with_stop`) it is not repeated, otherwise it is part of the suffix.
     """
+    return encode(tokenizer, suffix_text(tokenizer, stored, added, tools, kwargs, end_text, ended_with_stop))
+
+
+def suffix_text(tokenizer: Any, stored: list[dict], added: list[dict], tools: list | None,
+                kwargs: dict[str, Any], end_text: str, ended_with_stop: bool) -> str:
+    """The text `suffix_ids` tokenizes."""
     ctx = [dict(m) for m in stored]
     ctx[-1]["content"] = _MARKER
     ctx[-1].pop("reasoning_content", None)
@@ -149,4 +155,4 @@ def suffix_ids(tokenizer: Any, stored: list[dict], added: list[dict], tools: lis
     end = text.find(end_text, at + len(_MARKER))
     if end < 0:
         raise TokenizationError(f"the chat template does not close the assistant turn with {end_text!r}")
-    return encode(tokenizer, text[end + len(end_text):] if ended_with_stop else text[end:])
+    return text[end + len(end_text):] if ended_with_stop else text[end:]

@@ -1,0 +1,101 @@
+"""Prompts rendered and tokenized off the event loop, bounded by the model's context before the work is done.
+
+A 2 MB message takes a tokenizer seconds (it can also panic: a Rust `PanicException` derives from
+`BaseException`), and the session server's event loop also answers `/health` and every other
+session. So rendering and tokenizing run on worker threads, and a prompt is refused (400) as early
+as it can be known not to fit:
+
+1. before tokenizing, by its length: no token covers more characters than the longest string in the
+   vocabulary, so a text longer than `room x that` cannot fit in `room` tokens;
+2. after tokenizing, by its real count.
+
+Prompts of more than `LARGE_PROMPT_CHARS` characters get their own single thread, so they queue
+behind each other and never behind normal turns. Tokenizing calls `encode_batch_fast` of the Rust
+tokenizer: it releases the GIL while it works and, unlike `encode`, keeps no per-token strings or
+offsets, whose deallocation would hold the GIL for a fifth of a second on a million tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from agentrl.inference import tito
+from agentrl.inference.tito import MessageValidationError
+
+T = TypeVar("T")
+
+LARGE_PROMPT_CHARS = 1 << 18  # ~65k tokens of prose: above this a prompt waits in the large-prompt lane
+NORMAL_WORKERS = 4
+
+
+def model_context(engine: Any, tokenizer: Any) -> int | None:
+    """The model's context in tokens: the engine's `max_context`, else the tokenizer's `model_max_length`."""
+    for value in (getattr(engine, "max_context", None), getattr(tokenizer, "model_max_length", None)):
+        if isinstance(value, int) and 0 < value < 1 << 40:  # transformers' "unset" is 1e30
+            return value
+    return None
+
+
+def longest_token_chars(tokenizer: Any) -> int:
+    """Characters of the vocabulary's longest string: an upper bound on the text one token covers."""
+    return max((len(token) for token in tokenizer.get_vocab()), default=1) or 1
+
+
+def encode_ids(tokenizer: Any, text: str) -> list[int]:
+    """`tokenizer.encode(text, add_special_tokens=False)`, through the Rust tokenizer's GIL-free batch call."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch_fast"):
+        return tito.encode(tokenizer, text)
+    return list(backend.encode_batch_fast([text], add_special_tokens=False)[0].ids)
+
+
+def _longest_message(messages: Sequence[dict[str, Any]]) -> str:
+    sizes = [(len(m.get("content") or ""), i) for i, m in enumerate(messages)]
+    if not sizes:
+        return ""
+    size, index = max(sizes)
+    return f" (its longest message is messages[{index}], {size} characters)"
+
+
+class PromptEncoder:
+    """Renders and tokenizes prompts on worker threads; a prompt that cannot fit `room` tokens is a 400."""
+
+    def __init__(self, tokenizer: Any, *, large_chars: int = LARGE_PROMPT_CHARS) -> None:
+        self.tokenizer = tokenizer
+        self.token_chars = longest_token_chars(tokenizer)
+        self.large_chars = int(large_chars)
+        self._normal = ThreadPoolExecutor(NORMAL_WORKERS, thread_name_prefix="agentrl-tokenize")
+        self._large = ThreadPoolExecutor(1, thread_name_prefix="agentrl-tokenize-large")
+
+    async def run(self, chars: int, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on a worker thread: the large-prompt lane when the request holds over `large_chars`."""
+        pool = self._large if chars > self.large_chars else self._normal
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
+
+    def encode(self, text: str, room: int | None, what: str, messages: Sequence[dict[str, Any]]) -> list[int]:
+        """Ids of `text` (`what`, e.g. "the prompt"), or MessageValidationError when it exceeds `room` tokens
+        or the tokenizer fails on it. Blocking: call it through `run`."""
+        if room is not None and len(text) > room * self.token_chars:
+            raise MessageValidationError(
+                f"{what} is too long: {len(text)} characters cannot fit in the {room} tokens the model's context "
+                f"leaves (no token of this tokenizer covers more than {self.token_chars}){_longest_message(messages)}")
+        try:
+            ids = encode_ids(self.tokenizer, text)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a Rust panic is a BaseException: still the input's fault
+            raise MessageValidationError(
+                f"the tokenizer failed on {what}{_longest_message(messages)}: {type(exc).__name__}: {exc}") from None
+        if room is not None and len(ids) > room:
+            raise MessageValidationError(
+                f"{what} is {len(ids)} tokens; the model's context leaves room for {room}{_longest_message(messages)}")
+        return ids
+
+    def close(self) -> None:
+        """Stop the worker threads once their current job ends; queued jobs are dropped."""
+        for pool in (self._normal, self._large):
+            pool.shutdown(wait=False, cancel_futures=True)
