@@ -15,9 +15,19 @@ register_configs()
 # under a console script and in an installed wheel.
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
 def _hydra_main(cfg: DictConfig) -> float | None:
+    from agentrl.console import quiet_console, record_exit, tee_console, untee_console
     from agentrl.run import run
 
-    return run(cfg)
+    # Hydra has set up the job's logging by now: the console's lines go to its log file in the run folder too.
+    quiet_console()
+    tee_console()
+    try:
+        return run(cfg)
+    except SystemExit as exc:
+        record_exit(exc)
+        raise
+    finally:
+        untee_console()
 
 
 def main() -> None:

@@ -49,10 +49,15 @@ def _engine_device(cfg: Any) -> torch.device | None:
 
 
 def check_devices(cfg: Any) -> None:
-    """Raise `DeviceError` now for a device the run would fail on later (the engine's, the trainer's)."""
+    """Raise `DeviceError` now for a device the run would fail on later (the engine's, the trainer's), or a
+    `model.dtype` the training device cannot run."""
     _engine_device(cfg)
     if "device" in cfg.get("trainer", {}):
-        train_device(cfg)
+        device = train_device(cfg)
+        if str(cfg.get("model", {}).get("dtype", "float32")) == "bfloat16" and device.type == "cuda" \
+                and not torch.cuda.is_bf16_supported():
+            raise DeviceError(f"model.dtype=bfloat16 but the GPU {torch.cuda.get_device_name(device)} has no bf16 "
+                              "support: use model.dtype=float32")
     _threads(cfg)
 
 

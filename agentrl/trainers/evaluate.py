@@ -87,6 +87,19 @@ def eval_line(metrics: Mapping[str, float], seconds: float, *, prefix: str = "ev
             f"zero share {metrics.get(f'{prefix}/zero_share', float('nan')):.2f}, {seconds:.1f} s")
 
 
+# A step's progress line: (metric, label, format) of what it shows when the step logged it.
+STEP_FIELDS = (("train/reward", "train/reward", "{:.3f}"), ("train/loss", "loss", "{:.4g}"),
+               ("train/tokens", "tokens", "{:.0f}"), ("rollout/groups_kept", "groups kept", "{:.0f}"),
+               ("train/lr", "lr", "{:.3g}"), ("time/step_s", "", "{:.1f} s"))
+
+
+def step_line(name: str, step: int, steps: int | None, metrics: Mapping[str, float]) -> str:
+    """One line for a training step (the run's log holds one per step; the console shows a progress bar)."""
+    parts = [f"{label} {fmt.format(float(metrics[key]))}".strip() for key, label, fmt in STEP_FIELDS
+             if key in metrics]
+    return f"{name} step {step}{f'/{steps}' if steps else ''}: {', '.join(parts)}"
+
+
 def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, temperature: float,
              top_p: float = 1.0, seed_parts: tuple[Any, ...] = (), prefix: str = "eval",
              chunk: int = 64, step: int | None = None, quiet: bool = False) -> tuple[dict[str, float], list[Rollout]]:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from agentrl.devices import autocast
+from agentrl.trainers.trained_model import checkpointing
 
 # A shared prefix shorter than this is not worth a second forward call.
 MIN_SHARED_PREFIX = 16
@@ -49,6 +50,8 @@ def _next_token_logits(model: Any, ids: torch.Tensor, attn: torch.Tensor, start:
                        share_prefix: bool) -> torch.Tensor:
     width = ids.shape[1]
     start = max(0, min(int(start), width - 1))
+    # Gradient checkpointing keeps no KV cache while training, so the prefix cannot be shared then.
+    share_prefix = share_prefix and not (model.training and checkpointing(model))
     prefix = min(shared_prefix_length(ids, attn), start) if share_prefix else 0
     if prefix < MIN_SHARED_PREFIX:
         return model(input_ids=ids, attention_mask=attn, logits_to_keep=width - start).logits[:, :-1]

@@ -63,9 +63,10 @@ class HealthWatch:
         return {"health/out_of_range": float(sum(f.logged and not f.healthy for f in found))}
 
     def summary(self) -> str:
-        """One line: `health: ok` or the metrics outside their range, each with its value and range."""
+        """One line: `health: ok` or the metrics outside their range, each with its value and range; "" when
+        the recipe declares no ranges (nothing to report: the console stays quiet)."""
         if not self.ranges:
-            return "health: no ranges declared (agent.health)"
+            return ""
         found = self.findings()
         bad = [f for f in found if f.logged and not f.healthy]
         missing = [f.metric for f in found if not f.logged]

@@ -25,6 +25,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from agentrl.console import progress
 from agentrl.devices import model_device, set_threads, train_device
 from agentrl.fsutil import atomic_dir
 from agentrl.trainers.demonstrations import demonstration_data, role_demonstrations
@@ -77,6 +78,8 @@ def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any = None, agen
              *(settings[k] for k in SFT_SETTINGS)]
     if settings.get("generated"):  # a later setting: keys without it keep the folder names cached before it
         parts.append(f"generated={int(settings['generated'])}")
+    if str(cfg.model.get("dtype") or "float32") != "float32":  # likewise: float32 folders keep their names
+        parts.append(f"dtype={cfg.model.dtype}")
     label = Path(str(env.bundle)).name
     if role_demonstrations(agent):
         # Only role-aware warm starts get the extra part: the tool-calling agent's folders keep their names.
@@ -224,16 +227,17 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
     `<prefix>/eval/*` (GRPO's warm start logs under `warm_start` in the GRPO run).
     """
     from hydra.utils import instantiate
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from agentrl.trainers.services import start_services
+    from agentrl.trainers.trained_model import load_trained_model
 
     torch.manual_seed(int(cfg.seed))
     base = instantiate(cfg.model)
     base_path = base if isinstance(base, str) else str(cfg.model.path)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     device = train_device(cfg)
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32).to(device)
+    model = load_trained_model(base_path, cfg.model, device)  # model.dtype, model.gradient_checkpointing
     teacher, steps = str(settings["teacher"]), int(settings["steps"])
     started = time.monotonic()
     agent = getattr(plan, "agent", None)
@@ -251,6 +255,8 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
         last["loss"] = loss
         bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
         bar.update(1)
+        if step % max(1, steps // 10) == 0 or step == steps:  # the log file's progress: ten lines a run
+            progress(f"SFT step {step}/{steps}: loss {loss:.4f}")
         if tracker is not None and (step % 10 == 0 or step == steps):
             tracker.log({loss_key: loss}, step=step_offset + step)
 

@@ -1,0 +1,43 @@
+"""Loading a model to train: `model.dtype` and `model.gradient_checkpointing`, the same for every built-in trainer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def train_dtype(model_cfg: Any) -> torch.dtype:
+    """`model.dtype` as a torch dtype (float32 for a config without the key)."""
+    name = str((model_cfg.get("dtype") if model_cfg is not None else None) or "float32")
+    return getattr(torch, name)
+
+
+def checkpointing(model: Any) -> bool:
+    """True when the model recomputes activations in its backward pass (transformers 5.2x calls it activation
+    checkpointing, earlier versions gradient checkpointing)."""
+    flag = getattr(model, "is_activation_checkpointing", None)
+    if flag is None:
+        flag = getattr(model, "is_gradient_checkpointing", False)
+    return bool(flag)
+
+
+def prepare_for_training(model: Any, model_cfg: Any) -> Any:
+    """Turn on gradient checkpointing when `model.gradient_checkpointing` asks for it; returns the model."""
+    if model_cfg is not None and model_cfg.get("gradient_checkpointing"):
+        # Non-reentrant checkpointing works with inputs that need no grad and with autocast; no KV cache then.
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    return model
+
+
+def load_trained_model(path: str, model_cfg: Any, device: Any = "cpu") -> Any:
+    """The causal LM at `path` in `model.dtype` on `device`, in eval mode, ready to train (`prepare_for_training`)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=train_dtype(model_cfg)).eval().to(device)
+    return prepare_for_training(model, model_cfg)
