@@ -168,3 +168,35 @@ def test_the_heartbeat_beats_until_the_run_finishes(tmp_path: Path):
 def test_a_non_positive_interval_is_refused_naming_it(key: str, tmp_path: Path):
     with pytest.raises(ValueError, match=f"logger.{key} must be > 0"):
         MLflowTracker(tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", output_root=tmp_path, **{key: 0})
+
+
+@pytest.mark.slow
+def test_a_killed_cli_run_is_named_by_the_next_runs_closing_block(agentrl_home: Path, tmp_path: Path):
+    """As a user meets it: `python -m agentrl` killed with kill -9 mid-run, then the same task run again."""
+    from tests.conftest import run_cli
+
+    args = ["+recipe=gridsim_sft", "trainer.augment=0", "trainer.batch_samples=2", "trainer.eval_limit=2"]
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args, "trainer.steps=100000"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        # The plan is printed once the MLflow run is open (reading the store earlier would race its creation).
+        for line in proc.stdout:
+            if line.startswith("metrics    MLflow"):
+                break
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the run and anything it started
+        proc.wait()
+    store = agentrl_home / "outputs" / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{store}")
+    runs = client.search_runs([client.get_experiment_by_name("agentrl").experiment_id])
+    assert [r.info.status for r in runs] == ["RUNNING"]
+    killed = runs[0].info.run_id
+
+    again = run_cli([*args, "trainer.steps=1"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert client.get_run(killed).info.status == "KILLED"
+    assert f"found dead    earlier run {killed} (gridsim_sft " in again.stdout
+    assert f"process {proc.pid} on host {socket.gethostname()} is gone" in again.stdout
+    # The SFT trainer does not resume: the block gives the killed run's command to run again.
+    assert "rerun it      python -m agentrl +recipe=gridsim_sft trainer.augment=0" in again.stdout
+    assert "trainer.steps=100000  (this trainer does not resume)" in again.stdout
