@@ -85,7 +85,8 @@ def start_services(cfg: DictConfig, plan: Any, model_path: str, policies: Sequen
         stops.append(engine.close)
         session_server = start_session_server(engine, host=cfg.inference.host, port=int(cfg.inference.port),
                                               default_max_tokens=int(cfg.agent.max_response_tokens),
-                                              tool_format=str(cfg.model.tool_format))
+                                              tool_format=str(cfg.model.tool_format),
+                                              max_body_bytes=int(cfg.inference.max_body_bytes))
         stops.append(session_server.stop)
         engines, servers = {MAIN: engine}, {}
         for policy in policies:
@@ -95,7 +96,8 @@ def start_services(cfg: DictConfig, plan: Any, model_path: str, policies: Sequen
             stops.append(engines[policy.name].close)
             own = start_session_server(engines[policy.name], host=cfg.inference.host, port=0,
                                        default_max_tokens=int(cfg.agent.max_response_tokens),
-                                       tool_format=str(cfg.model.tool_format))
+                                       tool_format=str(cfg.model.tool_format),
+                                       max_body_bytes=int(cfg.inference.max_body_bytes))
             stops.append(own.stop)
             servers[policy.name] = own.base_url
         frozen = [r.name for r in cfg.agent.get("roles", []) or [] if r.get("frozen")] + untrained_roles(policies)
