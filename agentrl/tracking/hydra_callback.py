@@ -23,17 +23,31 @@ from agentrl.tracking.mlflow_tracker import (
     experiment_name,
     resolve_tracking_uri,
 )
+from agentrl.tracking.run_names import short_keys
 from agentrl.tracking.sweep_summary import OBJECTIVE, best_child, children_of, columns, render, rows
 
 _PARAMS_PER_BATCH = 100
 
 
-def fixed_keys(overrides: list[str]) -> list[str]:
-    """The keys a sweep's command line sets to one value (no `a,b`, range or choice): the same in every job."""
+def _parsed(overrides: list[str]) -> list[Any]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    return sorted(o.key_or_group for o in OverridesParser.create().parse_overrides(overrides)
-                  if not o.is_sweep_override())
+    return OverridesParser.create().parse_overrides(overrides)
+
+
+def fixed_keys(overrides: list[str]) -> list[str]:
+    """The keys a sweep's command line sets to one value (no `a,b`, range or choice): the same in every job."""
+    return sorted(o.key_or_group for o in _parsed(overrides) if not o.is_sweep_override())
+
+
+def parent_name(config: DictConfig, overrides: list[str]) -> str:
+    """`<task> sweep over <keys>`: the keys its command line sweeps and those its sweeper samples (Optuna's)."""
+    swept = [o.key_or_group for o in _parsed(overrides) if o.is_sweep_override()]
+    sampled = config.hydra.sweeper.get("params") if "sweeper" in config.hydra else None
+    swept += [str(k) for k in (sampled or {}) if k not in swept]
+    keys = short_keys(swept)
+    return f"{config.task_name} sweep over {', '.join(keys[k] for k in swept)}" if swept else \
+        f"{config.task_name} sweep"
 
 
 def _direction(config: DictConfig) -> str:
@@ -66,7 +80,7 @@ class MLflowSweepCallback(Callback):
         overrides = list(config.hydra.overrides.task)
         run = self._client.create_run(
             exp,
-            run_name=f"sweep-{config.task_name}",
+            run_name=parent_name(config, overrides),
             tags={"agentrl.sweep": "true", "hydra.overrides": " ".join(overrides)[:8000],
                   SWEEP_FIXED_KEYS_TAG: json.dumps(fixed_keys(overrides))[:8000], **process_tags()},
         )

@@ -73,7 +73,7 @@ def test_the_parent_holds_the_best_job_its_params_and_a_table(direction: str | N
                      "gridsim_grpo lr=1e-05 seed=0 #2"]
     parent = next(r for r in client.search_runs([client.get_experiment_by_name("t").experiment_id])
                   if r.data.tags.get("agentrl.sweep") == "true")
-    assert parent.info.status == "FINISHED"
+    assert parent.info.status == "FINISHED" and parent.info.run_name == "gridsim_grpo sweep over lr"
     best = client.get_run(ids[best_job])
     assert parent.data.metrics["best/eval/reward"] == best.data.metrics["eval/reward"]  # the failed job's 0.99 not
     assert parent.data.tags["agentrl.sweep.best_run_id"] == best.info.run_id
