@@ -253,3 +253,23 @@ async def test_turn_cut_by_length_is_closed_by_scaffolding(scripted_client):
     assert tok.decode(sample.token_ids[end1:start2]) == "<|im_end|>" + TURN_GAP
     assert sample.loss_mask[end1:start2] == [0] * (start2 - end1)
     assert sample.metadata["finish_reasons"] == ["length", "stop"]
+
+
+
+@pytest.mark.parametrize("fmt,script", [("llama3", (J_ADD,))])
+async def test_the_model_tool_format_picks_the_parser(scripted, fmt, script):
+    """model.tool_format reaches the session server: the same reply is a tool call in its format, text in qwen's."""
+    folder = scripted(*script)
+    for tool_format, expect_call in ((fmt, True), ("qwen", False)):
+        engine, client = await open_app(folder, tool_format=tool_format)
+        try:
+            choice = (await (await new_chat(client)).turn(USER, tools=TOOLS))["choices"][0]
+        finally:
+            await client.aclose()
+            engine.close()
+        if expect_call:
+            (call,) = choice["message"]["tool_calls"]
+            assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == ("add", {"a": 1, "b": 2})
+            assert choice["finish_reason"] == "tool_calls"
+        else:
+            assert "tool_calls" not in choice["message"] and choice["message"]["content"] == script[0]
