@@ -25,7 +25,8 @@ SMALL = ["+recipe=gridsim_grpo", "trainer=trl", "trainer.prompts_per_step=4", "t
 REQUIRED = ["train/reward", "eval/reward", "eval/reward_stderr", "eval/zero_share", "eval_greedy/reward",
             "rollout/flagged", "rollout/invalid_tool_calls", "rollout/groups_dropped", "rollout/model_tokens",
             "train/loss", "train/grad_norm", "train/kl", "train/clip_fraction", "train/tokens", "time/generate_s",
-            "time/train_s", "time/step_s", "time/weight_push_s", "trl/loss", "trl/reward", "trl/learning_rate"]
+            "time/train_s", "time/step_s", "time/weight_push_s", "trl/loss", "trl/reward", "trl/learning_rate",
+            "train/updates"]
 
 
 @pytest.fixture(scope="module")
