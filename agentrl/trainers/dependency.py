@@ -14,7 +14,8 @@ finished play and, while plays are in flight, each dependency's `/health`, and t
 Tripped, `RolloutRunner.play_rows` cancels the plays still in flight (none waits out its own timeout) and, with
 `on_loss="stop"`, raises `DependencyLost` naming the dependency and what was seen; with `on_loss="wait"` it
 keeps every finished play, waits until the dependency's `/health` answers again, and replays only the plays that
-failed against it or were cut (`play_guarded`).
+failed against it or were cut (`play_guarded`). Under `wait` a play that failed against a dependency whose
+`/health` is down is replayed even before the breaker trips: it is the outage's loss, not the policy's.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class Breaker:
     on_loss: str = "stop"
     notes: FailureNotes | None = None
     abandoned: threading.Event = field(default_factory=threading.Event)  # set at shutdown: stop waiting
+    last_tick: float | None = None  # the trouble clocks run only while plays are in flight (`tick`)
 
     def __post_init__(self) -> None:
         if self.on_loss not in ON_LOSS:
@@ -152,6 +154,15 @@ class Breaker:
         dep.troubled = dep.troubled or bool(answer)
         return not answer
 
+    def tick(self) -> None:
+        """Add the play time since the last tick to each troubled dependency's clock."""
+        now = time.monotonic()
+        if self.last_tick is not None:
+            for dep in self.dependencies:
+                if dep.troubled:
+                    dep.trouble_s += now - self.last_tick
+        self.last_tick = now
+
     def tripped(self) -> Dependency | None:
         """The first dependency past its grace window (the streak rule is checked with a probe, in `watch`)."""
         return next((d for d in self.dependencies if d.troubled and d.trouble_s >= self.grace_s), None)
@@ -159,13 +170,9 @@ class Breaker:
     async def watch(self) -> Dependency:
         """Run beside the plays: probe, keep the trouble clocks, and return the dependency that trips."""
         async with async_client() as client:
-            last = time.monotonic()
             while True:
+                self.tick()
                 now = time.monotonic()
-                for dep in self.dependencies:
-                    if dep.troubled:
-                        dep.trouble_s += now - last
-                last = now
                 due = [d for d in self.dependencies if now - d.last_probe >= PROBE_EVERY_S]
                 answered = await asyncio.gather(*(self.probe(client, d) for d in due))
                 for dep, ok in zip(due, answered, strict=True):
@@ -178,13 +185,14 @@ class Breaker:
                     return dep
                 await asyncio.sleep(TICK_S)
 
-    def lost(self, dep: Dependency) -> DependencyLost:
+    def lost(self, dep: Dependency, why: str = "") -> DependencyLost:
         """The stop: one message naming the dependency, what was seen, and the knobs."""
+        after = why or ("trainer.on_dependency_loss=wait waits for it to come back instead" if self.on_loss == "stop"
+                        else "the run stopped while waiting for it")
         return DependencyLost(
             f"the {dep.name} at {dep.url} stopped answering: {dep.seen()}; in trouble for {dep.trouble_s:.0f}s of "
             f"play time with no play succeeding (trainer.dependency_grace_s={self.grace_s:g}, "
-            f"trainer.max_dependency_failures={self.max_failures}); trainer.on_dependency_loss=wait waits for "
-            "it to come back instead", dep.name, dep.url)
+            f"trainer.max_dependency_failures={self.max_failures}); {after}", dep.name, dep.url)
 
     async def wait_back(self, dep: Dependency) -> None:
         """Poll `dep`'s /health until it answers (on_loss=wait); `abandoned` ends the wait with DependencyLost."""
@@ -212,6 +220,7 @@ Play = Callable[[Hashable], Awaitable[list[Rollout]]]
 async def _round(breaker: Breaker, units: Sequence[Hashable], play: Play,
                  done: dict[Hashable, list[Rollout]]) -> Dependency | None:
     """Play `units` at once, recording each as it ends; the tripped dependency (plays cut), or None."""
+    breaker.last_tick = time.monotonic()  # the time between calls (training, an eval's setup) is not play time
     tasks = {asyncio.ensure_future(play(u)): u for u in units}
     watch = asyncio.ensure_future(breaker.watch())
     pending: set[asyncio.Future] = set(tasks)
@@ -229,6 +238,19 @@ async def _round(breaker: Breaker, units: Sequence[Hashable], play: Play,
         for task in (*pending, watch):
             task.cancel()
         await asyncio.gather(*pending, watch, return_exceptions=True)
+        breaker.tick()
+
+
+def _failed_against(dep: Dependency, done: dict[Hashable, list[Rollout]]) -> list[Hashable]:
+    return [u for u, rollouts in done.items() if any(r.failure in dep.failures for r in rollouts)]
+
+
+async def _down_now(breaker: Breaker, done: dict[Hashable, list[Rollout]]) -> list[Hashable]:
+    """on_loss=wait, after a round the breaker did not trip: the plays that failed against a dependency whose
+    /health does not answer now (an outage, not the play's own fault): they are replayed, not kept as failures."""
+    async with async_client() as client:
+        down = [d for d in breaker.dependencies if _failed_against(d, done) and not await breaker.probe(client, d)]
+    return [u for d in down for u in _failed_against(d, done)]
 
 
 async def play_guarded(breaker: Breaker, units: Sequence[Hashable], play: Play) -> dict[Hashable, list[Rollout]]:
@@ -237,12 +259,20 @@ async def play_guarded(breaker: Breaker, units: Sequence[Hashable], play: Play) 
     done: dict[Hashable, list[Rollout]] = {}
     while len(done) < len(units):
         dep = await _round(breaker, [u for u in units if u not in done], play, done)
+        if dep is None and breaker.on_loss == "wait" and (retry := await _down_now(breaker, done)):
+            for unit in retry:
+                del done[unit]
+            await asyncio.sleep(PROBE_EVERY_S)  # no hot loop of instant failures: the grace window bounds these
+            breaker.tick()
+            dep = breaker.tripped()
         if dep is None:
             continue
         if breaker.on_loss == "stop":
             raise breaker.lost(dep)
-        cut = [u for u, rollouts in done.items() if any(r.failure in dep.failures for r in rollouts)]
-        for unit in cut:
+        async with async_client() as client:
+            if await breaker.probe(client, dep):  # its plays fail but it says it is fine: nothing to wait for
+                raise breaker.lost(dep, "its /health answers, so waiting for it cannot help")
+        for unit in _failed_against(dep, done):
             del done[unit]
         log.warning("%d finished plays kept; %d to replay once the %s is back", len(done), len(units) - len(done),
                     dep.name)

@@ -187,3 +187,40 @@ def test_failure_notes_warn_once_per_kind_and_on_a_high_share(caplog) -> None:
     assert line is not None and "step 4: 2 of 3 rollouts flagged" in line and line in caplog.text
     with pytest.raises(ValueError, match="warn_failure_share"):
         FailureNotes(share=0)
+
+
+async def test_wait_replays_a_play_that_failed_while_the_server_was_down_even_without_a_trip(live: str) -> None:
+    port = free_port()
+    b = breaker(f"http://127.0.0.1:{port}", live, grace_s=600, on_loss="wait")
+    calls = {0: 0, 1: 0}
+    back: list = []
+
+    async def play(unit: int) -> list[Rollout]:
+        calls[unit] += 1
+        if unit == 1 and calls[1] == 1:  # its reset gave up on the dead server; the round ends with no trip
+            return failed(Failure.ENV_UNREACHABLE, "connection refused")
+        if unit == 1:  # the replay: the server is back by now
+            back.append(await asyncio.to_thread(start_server_in_thread, build_app(EchoBundle()), port=port))
+        return clean()
+
+    try:
+        async with asyncio.timeout(SLACK_S):
+            done = await play_guarded(b, [0, 1], play)
+    finally:
+        for _, stop in back:
+            stop()
+    assert calls == {0: 1, 1: 2} and all(r.failure is None for rs in done.values() for r in rs)
+
+
+async def test_wait_refuses_to_wait_for_a_dependency_whose_health_answers(live: str) -> None:
+    b = breaker(live, live, grace_s=2, on_loss="wait")
+
+    async def play(unit: int) -> list[Rollout]:
+        if unit == 0:
+            return failed(Failure.DEPLOY, "the sandbox never started")
+        await asyncio.sleep(3600)
+        return clean()
+
+    async with asyncio.timeout(SLACK_S):
+        with pytest.raises(DependencyLost, match="its /health answers, so waiting for it cannot help"):
+            await play_guarded(b, [0, 1], play)
