@@ -11,6 +11,8 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.config.locate import project_root, project_root_reason, recipe_dirs
+
 # Every _target_ a config may name lives here; Hydra 1.4 will want exactly this whitelist.
 TARGET_PREFIX = "agentrl."
 
@@ -64,6 +66,7 @@ class Plan:
     reward: Any
     trainer_cls: type
     notes: list[str] = field(default_factory=list)
+    resume: Any = None  # trainers.resume.ResumeTarget: the checkpoint trainer.resume names, checked (None: fresh)
 
     def describe(self, tracking_uri: str | None = None) -> str:
         """A human-readable plan of the run."""
@@ -83,7 +86,10 @@ class Plan:
             f"inference  {self.choices.get('inference')}: {cfg.inference._target_}",
             f"threads    {describe_threads(cfg)}",
             f"outputs    {self.run_dir}",
+            f"root       {project_root()} ({project_root_reason()}); recipes from {', '.join(map(str, recipe_dirs()))}",
         ]
+        if self.resume is not None:
+            lines.append(f"resume     {self.resume.describe()}")
         if tracking_uri:
             lines.append(f"metrics    MLflow {tracking_uri} (experiment {cfg.logger.experiment})")
         lines += [f"note       {n}" for n in self.notes]
@@ -124,4 +130,23 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
 
     if problem := teacher_problem(cfg, bundle):
         raise PlanError(problem)
-    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls)
+    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, resume=plan_resume(cfg, choices, trainer_cls))
+
+
+def plan_resume(cfg: DictConfig, choices: dict[str, str | None], trainer_cls: type) -> Any:
+    """What `trainer.resume` resumes, checked against the checkpoint's config (None: a fresh start)."""
+    from agentrl.trainers.resume import ResumeError, resolve_resume, resume_mode
+
+    asked = resume_mode(cfg.trainer.get("resume"))
+    if asked is None:
+        return None
+    kind = getattr(trainer_cls, "checkpoint_kind", None)
+    if kind is None:
+        if asked == "latest" and getattr(trainer_cls, "resumes_itself", False):
+            return None  # e.g. Miles: its own --load of its save folder
+        raise PlanError(f"trainer.resume={asked}: trainer {choices.get('trainer') or trainer_cls.__name__} does not "
+                        "resume (the built-in grpo and trl do; miles takes trainer.resume=latest only)")
+    try:
+        return resolve_resume(cfg, choices, kind)
+    except ResumeError as exc:
+        raise PlanError(str(exc)) from exc

@@ -107,6 +107,30 @@ def closing_block(*, status: str, run_dir: Path, tracker: Any, metrics: dict[str
     return "\n".join(lines)
 
 
+def check_reopenable(tracker: Any, target: Any) -> None:
+    """Refuse, naming the store, a resume whose checkpoint's MLflow run is not in this tracking store."""
+    if getattr(tracker, "client", None) is None:
+        return
+    try:
+        tracker.client.get_run(target.run_id)
+    except Exception as err:  # noqa: BLE001 - MLflow's not-found error; any failure here means: not reopenable
+        raise SystemExit(f"agentrl: trainer.resume: checkpoint {target.checkpoint} belongs to MLflow run "
+                         f"{target.run_id}, which {tracker.tracking_uri} cannot open ({type(err).__name__}); point "
+                         "MLFLOW_TRACKING_URI or logger.tracking_uri at the store it was logged to") from None
+
+
+def mark_resume(tracker: Any, plan: Plan, run_dir: Path) -> None:
+    """Tag the reopened run with what it resumed (and what a forced resume changed) and log the config it resumes
+    with: its params stay the values it started with (MLflow params never change)."""
+    from omegaconf import OmegaConf
+
+    tracker.set_tags(plan.resume.tags())
+    resolved = run_dir / "config_resolved.yaml"
+    resolved.parent.mkdir(parents=True, exist_ok=True)
+    resolved.write_text(OmegaConf.to_yaml(plan.cfg, resolve=True))
+    tracker.log_artifact(resolved, f"resume-step-{plan.resume.step}")
+
+
 def run(cfg: DictConfig) -> float | None:
     """Run one job; return its final eval/reward (the objective a sweeper maximizes), None for a dry run."""
     started = time.monotonic()
@@ -126,9 +150,11 @@ def run(cfg: DictConfig) -> float | None:
         raise SystemExit(f"agentrl: {err}") from None
 
     tracker = instantiate(cfg.logger, output_root=cfg.paths.output_root)
-    resume_run_id = None
-    if cfg.trainer.get("resume") and hasattr(plan.trainer_cls, "resume_run_id"):
-        resume_run_id = plan.trainer_cls.resume_run_id(cfg)
+    # A dry run never reopens the checkpoint's run: the plan's `resume` line says what a real run would resume.
+    resuming = plan.resume is not None and plan.resume.checkpoint is not None and not cfg.dry_run
+    resume_run_id = plan.resume.run_id if resuming else None
+    if resume_run_id:
+        check_reopenable(tracker, plan.resume)
     tracker.start(
         cfg, choices=choices, run_dir=run_dir, overrides=list(hydra_cfg.overrides.task),
         resume_run_id=resume_run_id,
@@ -136,6 +162,8 @@ def run(cfg: DictConfig) -> float | None:
     )
     if not resume_run_id:
         tracker.log_datasets(dataset_refs(plan))
+    if resuming:
+        mark_resume(tracker, plan, run_dir)
     print(plan.describe(tracker.tracking_uri), flush=True)
     if cfg.dry_run:
         if hasattr(plan.trainer_cls, "dry_run_report"):  # e.g. Miles: the exact command it would launch

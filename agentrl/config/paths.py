@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 @dataclass
 class PathsConfig:
-    # $AGENTRL_HOME if set; else the checkout root when run from a checkout; else ~/agentrl.
+    # $AGENTRL_HOME; else the nearest folder from the working folder up holding recipes/; else the checkout;
+    # else ~/agentrl (agentrl/config/locate.py).
     root: str = "${agentrl_root:}"
     output_root: str = "${.root}/outputs"
     run_root: str = "${.output_root}/runs"

@@ -8,7 +8,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from agentrl.config import agent, env, inference, logger, model, paths, reward, sandbox, trainer
-from agentrl.config.locate import project_root, recipes_dir
+from agentrl.config.locate import project_root, recipe_dirs
 from agentrl.config.schema import RunConfig
 from agentrl.config.validate import install_compose_check
 
@@ -48,10 +48,14 @@ SCHEMAS: dict[str, dict[str, type]] = {
 _registered = False
 
 
+def recipe_files(folders: list[Path] | None = None) -> dict[str, Path]:
+    """Recipe name -> its file; a later folder's recipe replaces an earlier one of the same name."""
+    return {p.stem: p for folder in (folders or recipe_dirs()) for p in sorted(folder.glob("*.yaml"))}
+
+
 def recipe_names(folder: Path | None = None) -> list[str]:
-    """Names of the recipes that exist, sorted."""
-    folder = folder or recipes_dir()
-    return sorted(p.stem for p in folder.glob("*.yaml"))
+    """Names of the recipes that exist (in `folder`, else the shipped and the project's own), sorted."""
+    return sorted(recipe_files([folder] if folder else None))
 
 
 def register_configs() -> None:
@@ -67,11 +71,11 @@ def register_configs() -> None:
     for group, options in SCHEMAS.items():
         for name, node in options.items():
             cs.store(group=f"schema/{group}", name=name, node=node)
-    folder = recipes_dir()
-    if not folder.is_dir():
-        raise FileNotFoundError(f"agentrl: the recipes folder {folder} is missing; reinstall agentrl")
-    for name in recipe_names(folder):
+    folders = recipe_dirs()
+    if not folders[0].is_dir():
+        raise FileNotFoundError(f"agentrl: the recipes folder {folders[0]} is missing; reinstall agentrl")
+    for name, path in recipe_files(folders).items():
         # The recipe group must exist wherever agentrl runs: Hydra silently adds a string key for
         # `+recipe=X` when the group is missing from the search path.
-        cs.store(group="recipe", name=name, node=OmegaConf.load(folder / f"{name}.yaml"), package="_global_")
+        cs.store(group="recipe", name=name, node=OmegaConf.load(path), package="_global_")
     _registered = True

@@ -95,7 +95,10 @@ class TrainerConfig:
     eval_limit: int | None = None  # eval tasks played (null: the whole eval split)
     checkpoint_every: int = 10  # steps between checkpoints (0: never)
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
-    resume: bool = False
+    # latest (this task's newest checkpoint; true is its old spelling) | an MLflow run id | a checkpoint folder;
+    # null/false: start fresh. Checked against the checkpoint's config when the plan is built (docs/training.md).
+    resume: str | None = None
+    resume_force: bool = False  # resume even when model/env/agent/reward/trainer differ (the run is tagged)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Layout: `<root>/step-000010/` holding `state.pt` (optimizer, step, data cursor, RNG states, run id) and the
 model as a Hugging Face folder `model/`, plus `policies/<name>/` for every other trained policy (a role's own
-model; its optimizer is in `state.pt`). A checkpoint is written into `.step-000010.tmp-*` and renamed into
+model; its optimizer is in `state.pt`) and `agentrl_run.json` (the run's config, which a resume is checked against:
+`resume.py`). A checkpoint is written into `.step-000010.tmp-*` and renamed into
 place only when complete, so a kill or a full disk leaves the previous checkpoint untouched.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 
 from agentrl.fsutil import atomic_dir
+from agentrl.trainers.resume import write_record
 
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
 
@@ -61,10 +63,11 @@ def policy_path(checkpoint: Path, name: str) -> Path:
 
 
 def save(root: Path, step: int, *, model: Any, tokenizer: Any, state: dict[str, Any], keep: int,
-         policies: Mapping[str, tuple[Any, Any]] | None = None) -> Path:
+         policies: Mapping[str, tuple[Any, Any]] | None = None, record: dict[str, Any] | None = None) -> Path:
     """Write checkpoint `step` under `root` atomically, then keep only the newest `keep` checkpoints.
 
-    `policies` maps each further policy's name to its (model, tokenizer), saved under `policies/<name>/`.
+    `policies` maps each further policy's name to its (model, tokenizer), saved under `policies/<name>/`;
+    `record` is the run's `resume.checkpoint_record`.
     """
     root = Path(root)
     target = root / f"step-{step:06d}"
@@ -75,6 +78,8 @@ def save(root: Path, step: int, *, model: Any, tokenizer: Any, state: dict[str, 
             for name, (other, other_tokenizer) in (policies or {}).items():
                 other.save_pretrained(policy_path(tmp, name))
                 other_tokenizer.save_pretrained(policy_path(tmp, name))
+            if record is not None:
+                write_record(tmp, record, step)
             torch.save({**state, "step": step, "rng": rng_state()}, tmp / "state.pt")
     except OSError as exc:
         why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else str(exc)

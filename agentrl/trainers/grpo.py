@@ -36,6 +36,7 @@ from agentrl.trainers.health import HealthWatch
 from agentrl.trainers.no_update import NoUpdateWatch
 from agentrl.trainers.plots import reward_curves
 from agentrl.trainers.policies import MAIN, Policy, load_learners, main_policy, plan_policies, step_policies
+from agentrl.trainers.resume import AGENTRL, checkpoint_record
 from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
 from agentrl.trainers.warm_start import warm_start_path
@@ -118,6 +119,8 @@ def weight_lag(played: list[Rollout], engine: Any) -> dict[str, float]:
 class GRPOTrainer:
     """The built-in GRPO trainer (see the module docstring for the step)."""
 
+    checkpoint_kind = AGENTRL  # what trainer.resume resolves to at plan time (resume.py): step-NNNNNN/state.pt
+
     def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
         self.t = cfg.trainer
@@ -135,16 +138,6 @@ class GRPOTrainer:
         self.prefetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentrl-rollouts")
         self.ahead: concurrent.futures.Future | None = None
         self.saved_cursor = 0
-
-    @classmethod
-    def resume_run_id(cls, cfg: DictConfig) -> str | None:
-        """The MLflow run id of the newest checkpoint of this task (None: nothing to resume)."""
-        roots = [Path(cfg.trainer.checkpoint_path)] if cfg.trainer.get("checkpoint_path") else \
-            [p for p in (Path(cfg.paths.checkpoint_dir) / cfg.task_name).glob("*") if p.is_dir()]
-        found = [(path.stat().st_mtime, path) for root in roots if (path := ckpt.latest(root)) is not None]
-        if not found:
-            return None
-        return ckpt.load_state(max(found)[1]).get("run_id")
 
     @property
     def main(self) -> Policy:
@@ -167,9 +160,9 @@ class GRPOTrainer:
         torch.manual_seed(int(cfg.seed))
         random.seed(int(cfg.seed))
         self.root = checkpoint_root(cfg, self.tracker.run_id)
-        resume_from = ckpt.latest(self.root) if t.resume else None
-        if t.resume and resume_from is None:
-            log.warning("trainer.resume=true but no checkpoint under %s: starting fresh", self.root)
+        # The plan resolved and checked trainer.resume (latest, a run id or a folder); None: a fresh start.
+        resume_from = getattr(getattr(self.plan, "resume", None), "checkpoint", None)
+        self.record = checkpoint_record(cfg, getattr(self.plan, "choices", {}), self.tracker.run_id)
         started = time.monotonic()
         start_path = str(resume_from / "model") if resume_from else warm_start_path(cfg, self.plan, self.tracker)
         self.times["warm_start"] += time.monotonic() - started
@@ -291,7 +284,8 @@ class GRPOTrainer:
                  "run_id": self.tracker.run_id, "history": self.history,
                  "policy_optimizers": {p.name: p.learner.optimizer.state_dict() for p in others}}
         ckpt.save(self.root, step, model=self.learner.model, tokenizer=self.tokenizer, state=state,
-                  keep=int(self.t.keep_checkpoints), policies={p.name: (p.learner.model, p.tokenizer) for p in others})
+                  keep=int(self.t.keep_checkpoints), policies={p.name: (p.learner.model, p.tokenizer) for p in others},
+                  record=self.record)
 
     def fit(self) -> dict[str, float]:
         """Train for `trainer.steps` steps; returns the final metrics (their `eval/reward` is the objective)."""

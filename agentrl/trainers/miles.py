@@ -92,6 +92,8 @@ def _advertised(host: str) -> str:
 class MilesTrainer:
     """Runs one Miles training job for the composed config; `fit()` returns the run's final metrics."""
 
+    resumes_itself = True  # trainer.resume=latest becomes Miles' --load of its save folder
+
     def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
         try:

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from agentrl.config.trainer import miles_algorithm_problem
 from agentrl.trainers.miles_hooks import AGENT_FUNCTION_ENV, DROP_NO_SIGNAL_ENV, MAX_DROPS_ENV
+from agentrl.trainers.resume import resume_mode
 
 LAUNCHER_MODULE = "agentrl.trainers.miles_launcher"
 # Miles' agentic generate and the agent function, each wrapped so a rollout that fails before the model's first
@@ -274,7 +275,7 @@ def build_argv(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) ->
     a += ["--hf-checkpoint", str(cfg.model.path), "--save", str(ctx.save_dir)]
     if t.checkpoint_every > 0:
         a += ["--save-interval", str(t.checkpoint_every)]
-    if t.resume:
+    if resume_mode(t.resume):  # latest only (the plan refuses a run id or a folder)
         a += ["--load", str(ctx.save_dir)]
     if t.ref_checkpoint:
         a += ["--ref-load", str(t.ref_checkpoint)]

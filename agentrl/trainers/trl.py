@@ -23,6 +23,7 @@ from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.grpo import checkpoint_root
 from agentrl.trainers.no_update import NoUpdateWatch
 from agentrl.trainers.plots import reward_curves
+from agentrl.trainers.resume import TRANSFORMERS, checkpoint_record
 from agentrl.trainers.trl_args import (
     TRLConfigError,
     check_config,
@@ -93,6 +94,8 @@ def record(metrics: dict[str, float], step: int, tracker: Any, history: dict[str
 class TRLTrainer:
     """TRL's GRPOTrainer behind agentrl's trainer interface (see the module docstring)."""
 
+    checkpoint_kind = TRANSFORMERS  # trainer.resume resolves to TRL's own checkpoint-N/ (resume_from_checkpoint)
+
     def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
         try:
@@ -137,19 +140,27 @@ class TRLTrainer:
         require_trl()
         cfg = self.cfg
         started = time.monotonic()
-        start_path = warm_start_path(cfg, self.plan, self.tracker)
+        # A resume starts from TRL's checkpoint folder (model and tokenizer); TRL restores the rest from it.
+        resume = getattr(self.plan, "resume", None)
+        resume_from = str(resume.checkpoint) if resume is not None and resume.checkpoint is not None else None
+        if resume_from:
+            print(f"resuming from {resume_from} at step {int(resume.step) + 1}", flush=True)
+        start_path = resume_from or warm_start_path(cfg, self.plan, self.tracker)
         warm_s = time.monotonic() - started
         run_dir = Path(self.plan.run_dir)
         output_dir = checkpoint_root(cfg, self.tracker.run_id)
+        resumed = {"resume_from": resume_from,
+                   "record": checkpoint_record(cfg, getattr(self.plan, "choices", {}), self.tracker.run_id)}
         self.tracker.set_tags({"agentrl.backend": "trl", "agentrl.trl.num_processes": int(cfg.trainer.num_processes)})
         try:
             if int(cfg.trainer.num_processes) > 1:
-                final = self._launch(start_path, run_dir, output_dir)
+                final = self._launch(start_path, run_dir, output_dir, resumed)
             else:
                 from agentrl.trainers.trl_worker import train
 
                 final = train(cfg, self.plan, start_path=start_path, output_dir=str(output_dir), run_dir=str(run_dir),
-                              sink=lambda m, step: record(m, step, self.tracker, self.history, self.no_update))
+                              sink=lambda m, step: record(m, step, self.tracker, self.history, self.no_update),
+                              **resumed)
             folder = run_dir / "final_model"
             if folder.is_dir() and hasattr(self.tracker, "log_model"):
                 self.tracker.log_model(folder)
@@ -162,7 +173,7 @@ class TRLTrainer:
             final.update(no_update)
         return {k: float(v) for k, v in final.items() if isinstance(v, int | float)}
 
-    def _launch(self, start_path: str, run_dir: Path, output_dir: Path) -> dict[str, Any]:
+    def _launch(self, start_path: str, run_dir: Path, output_dir: Path, resumed: dict[str, Any]) -> dict[str, Any]:
         """Run the workers under `accelerate launch`; forward rank 0's metrics; return its final metrics."""
         run_dir.mkdir(parents=True, exist_ok=True)
         metrics_path, final_path = run_dir / "trl_metrics.jsonl", run_dir / "trl_final.json"
@@ -171,7 +182,7 @@ class TRLTrainer:
         (run_dir / LOST_FILE).unlink(missing_ok=True)
         spec = {"config": OmegaConf.to_container(self.cfg, resolve=True), "start_path": start_path,
                 "output_dir": str(output_dir), "run_dir": str(run_dir), "metrics_path": str(metrics_path),
-                "final_path": str(final_path)}
+                "final_path": str(final_path), **resumed}
         spec_path = run_dir / "trl_spec.json"
         spec_path.write_text(json.dumps(spec))
         command = launch_command(self.cfg, spec_path)

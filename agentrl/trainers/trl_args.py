@@ -28,8 +28,6 @@ LACKS: dict[str, tuple[Any, str]] = {
     "off_policy_steps": (0, "TRL's GRPOTrainer generates a step's completions, then trains on them; playing the next "
                             "step while one trains is the built-in GRPO's (TRL's own asynchronous variant, "
                             "trl.experimental.async_grpo, needs a vLLM server)"),
-    "resume": (False, "trainer=trl does not resume yet: TRL's resume_from_checkpoint restores its own "
-                      "checkpoint, but not agentrl's MLflow run or the eval history; start a new run"),
 }
 # GRPOConfig fields that agentrl sets itself; extra_args may not override them.
 OWNED = ("output_dir", "num_generations", "generation_batch_size", "per_device_train_batch_size",

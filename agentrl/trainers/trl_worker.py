@@ -33,6 +33,7 @@ from agentrl.rewards import FAILED, group_drop_reason
 from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.evaluate import trainer_eval
 from agentrl.trainers.grpo import RowStream, rollout_metrics
+from agentrl.trainers.resume import write_record
 from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
 from agentrl.trainers.trl_args import grpo_config_kwargs, use_cpu
@@ -227,9 +228,26 @@ def weight_digest(model: torch.nn.Module) -> dict[str, list[float]]:
     return {k: [float(v.double().sum()), float(v.double().pow(2).sum())] for k, v in model.state_dict().items()}
 
 
-def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_dir: str,
-          sink: Sink | None) -> dict[str, Any]:
-    """Train with TRL from `start_path`; rank 0 returns the final metrics (every rank writes its weight digest)."""
+def record_callback(record: dict[str, Any]) -> Any:
+    """A TrainerCallback that writes the run's record into each checkpoint TRL saves (what a resume checks)."""
+    from transformers import TrainerCallback
+
+    class RecordCallback(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                write_record(folder, record, state.global_step)
+
+    return RecordCallback()
+
+
+def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Sink | None,
+          resume_from: str | None = None, record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train with TRL from `start_path`; rank 0 returns the final metrics (every rank writes its weight digest).
+
+    `resume_from`: a TRL checkpoint folder to continue (TRL's `resume_from_checkpoint`: weights, optimizer,
+    scheduler, RNG and step); `record`: the run's record, written into every checkpoint.
+    """
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
@@ -250,11 +268,12 @@ def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_d
         trainer_ref: list[Any] = []
         trainer = GRPOTrainer(model=start_path, reward_funcs=[agentrl_reward], args=args,
                               train_dataset=train_dataset(cfg, plan.bundle), processing_class=tokenizer,
-                              callbacks=[make_callback(bridge, trainer_ref)], rollout_func=bridge)
+                              callbacks=[make_callback(bridge, trainer_ref),
+                                         *([record_callback(record)] if record else [])], rollout_func=bridge)
         trainer_ref.append(trainer)
-        if rank == 0 and sink is not None:
+        if rank == 0 and sink is not None and not resume_from:
             sink(bridge.evaluate(None, 0), 0)  # the start folder, before any step (as trainer=grpo)
-        trainer.train()
+        trainer.train(resume_from_checkpoint=resume_from)
         model = trainer.accelerator.unwrap_model(trainer.model)
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         (Path(run_dir) / f"trl_rank{rank}_weights.json").write_text(json.dumps(weight_digest(model)))
@@ -293,7 +312,8 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         final = train(cfg, plan, start_path=spec["start_path"], output_dir=spec["output_dir"],
-                      run_dir=spec["run_dir"], sink=to_file)
+                      run_dir=spec["run_dir"], sink=to_file, resume_from=spec.get("resume_from"),
+                      record=spec.get("record"))
     except DependencyLost as err:  # the parent reads it: one line for the user, not a rank's traceback
         Path(spec["run_dir"], LOST_FILE).write_text(str(err))
         raise

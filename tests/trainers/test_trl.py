@@ -144,7 +144,6 @@ def test_mapping_builds_a_real_grpo_config() -> None:
 @pytest.mark.parametrize(("trainer", "agent", "named"), [
     ({"advantage": "rloo"}, {}, "trainer.advantage=rloo"),
     ({"loss": "ppo"}, {}, "trainer.loss='ppo'"),
-    ({"resume": True}, {}, "trainer.resume=True"),
     ({"num_processes": 3}, {}, "trainer.num_processes=3"),
     ({"micro_batch_samples": 5}, {}, "trainer.micro_batch_samples=5"),
     ({"extra_args": {"not_a_field": 1}}, {}, "not_a_field"),

@@ -1,0 +1,236 @@
+"""What `trainer.resume` resumes: a checkpoint found by `latest`, an MLflow run id or a folder, checked against
+the config it was made with.
+
+Every checkpoint holds `agentrl_run.json` (its MLflow run id, the group choices and the resolved config). A resume
+whose model, env, agent, reward or trainer differs from it is refused, naming the keys, unless
+`trainer.resume_force=true`; the plan resolves all of it before anything starts, so a typo fails at once.
+Two layouts are known: the built-in trainer's `step-NNNNNN/state.pt` and transformers' `checkpoint-N/`
+(`trainer=trl`, TRL's own checkpoints, resumed with `resume_from_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+RECORD = "agentrl_run.json"
+AGENTRL, TRANSFORMERS = "agentrl", "transformers"  # the two checkpoint layouts
+_LAYOUTS = {AGENTRL: (re.compile(r"^step-(\d{6,})$"), "state.pt"),
+            TRANSFORMERS: (re.compile(r"^checkpoint-(\d+)$"), "trainer_state.json")}
+_OFF = {"", "false", "off", "none", "null", "no", "0"}
+_LATEST = {"latest", "true", "yes", "on", "1"}
+# The groups whose choice, and whose keys, define what a checkpoint is a checkpoint of.
+GROUPS = ("model", "env", "agent", "reward", "trainer")
+# Keys of those groups that only say how this process runs (where the server is, how long to wait): a resume
+# may change them. The trainer's own keys (steps, lr, ...) are the run's schedule, not its identity.
+RUNTIME_KEYS = {"env": {"server", "token_var", "connect_timeout", "step_timeout", "room_timeout"},
+                "agent": {"model_timeout", "health"}}
+
+
+class ResumeError(ValueError):
+    """`trainer.resume` names nothing resumable, or a checkpoint of a different config."""
+
+
+def resume_mode(value: Any) -> str | None:
+    """None (off), `latest`, or the run id / folder given. `true`/`false` are the old spellings of latest/off."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if text.lower() in _OFF:
+        return None
+    return "latest" if text.lower() in _LATEST else text
+
+
+def checkpoints(root: Path, kind: str) -> list[tuple[int, Path]]:
+    """Complete checkpoints of layout `kind` directly under `root`, oldest step first."""
+    pattern, marker = _LAYOUTS[kind]
+    if not Path(root).is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in Path(root).iterdir()
+             if (m := pattern.match(p.name)) and (p / marker).is_file()]
+    return sorted(found)
+
+
+def checkpoint_step(folder: Path, kind: str) -> int | None:
+    """The step of checkpoint folder `folder`, or None when it is not a complete checkpoint of layout `kind`."""
+    pattern, marker = _LAYOUTS[kind]
+    m = pattern.match(Path(folder).name)
+    return int(m.group(1)) if m and (Path(folder) / marker).is_file() else None
+
+
+def checkpoint_record(cfg: DictConfig, choices: dict[str, Any], run_id: str | None) -> dict[str, Any]:
+    """What a checkpoint records about its run (written into each checkpoint as `agentrl_run.json`)."""
+    return {"run_id": run_id, "choices": {g: choices.get(g) for g in GROUPS},
+            "config": OmegaConf.to_container(cfg, resolve=True)}
+
+
+def write_record(folder: Path, record: dict[str, Any], step: int) -> None:
+    """Write `record` (with its step) into checkpoint folder `folder`."""
+    path = Path(folder) / RECORD
+    tmp = path.with_name(f".{RECORD}.tmp")
+    tmp.write_text(json.dumps({**record, "step": step}, indent=1, default=str))
+    os.replace(tmp, path)  # a reader sees the whole record or none
+
+
+def read_record(folder: Path) -> dict[str, Any] | None:
+    """The record of checkpoint folder `folder`, None when it has none (made before agentrl wrote one)."""
+    path = Path(folder) / RECORD
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ResumeError(f"trainer.resume: cannot read {path}: {exc}") from exc
+
+
+def _flatten(node: Any, prefix: str) -> dict[str, str]:
+    if isinstance(node, dict) and node:
+        out: dict[str, str] = {}
+        for key, value in node.items():
+            out.update(_flatten(value, f"{prefix}.{key}"))
+        return out
+    if isinstance(node, list) and node:
+        return {k: v for i, value in enumerate(node) for k, v in _flatten(value, f"{prefix}.{i}").items()}
+    return {prefix: json.dumps(node, default=str, sort_keys=True)}
+
+
+def identity(config: dict[str, Any], choices: dict[str, Any]) -> dict[str, str]:
+    """The keys that define what a run trains: group choices, and every non-runtime key of model/env/agent/reward.
+
+    Paths under the project root are compared relative to it, so a checkpoint moved with its root still matches.
+    """
+    root = str((config.get("paths") or {}).get("root") or "")
+    out = {f"choice of {g}": json.dumps(choices.get(g)) for g in GROUPS}
+    out["trainer._target_"] = json.dumps((config.get("trainer") or {}).get("_target_"))
+    for group in ("model", "env", "agent", "reward"):
+        node = {k: v for k, v in (config.get(group) or {}).items() if k not in RUNTIME_KEYS.get(group, ())}
+        out.update(_flatten(node, group))
+    if root:
+        out = {k: v.replace(json.dumps(root)[1:-1], "${paths.root}") for k, v in out.items()}
+    return out
+
+
+def differences(record: dict[str, Any], cfg: DictConfig, choices: dict[str, Any]) -> list[str]:
+    """`key: saved -> now` for every identity key that differs between a checkpoint's record and this config."""
+    saved = identity(record.get("config") or {}, record.get("choices") or {})
+    now = identity(OmegaConf.to_container(cfg, resolve=True), choices)
+    return [f"{key}: {saved.get(key, '<absent>')} -> {now.get(key, '<absent>')}"
+            for key in sorted(set(saved) | set(now)) if saved.get(key) != now.get(key)]
+
+
+@dataclass(frozen=True)
+class ResumeTarget:
+    """The checkpoint a run resumes (None: `latest` found none, the run starts fresh) and its MLflow run."""
+
+    asked: str  # latest, a run id or a folder, as given
+    checkpoint: Path | None
+    step: int | None = None
+    run_id: str | None = None
+    searched: str = ""  # where `latest` looked
+    forced: tuple[str, ...] = ()  # the differences trainer.resume_force=true let through
+
+    def describe(self) -> str:
+        """One line for the plan: exactly what a run of this config resumes."""
+        if self.checkpoint is None:
+            return f"latest: no checkpoint under {self.searched}; the run starts fresh"
+        run = f"MLflow run {self.run_id} (reopened)" if self.run_id else "a new MLflow run (the checkpoint names none)"
+        line = f"{self.checkpoint} (step {self.step}; continues at step {int(self.step or 0) + 1}) into {run}"
+        if self.forced:
+            line += f"; forced past {len(self.forced)} differences: {'; '.join(self.forced)}"
+        return line
+
+    def tags(self) -> dict[str, str]:
+        """The tags a resumed run carries: what it resumed, and what a forced resume changed."""
+        tags = {"agentrl.resume.checkpoint": str(self.checkpoint), "agentrl.resume.step": str(self.step),
+                "agentrl.resume.forced": str(bool(self.forced)).lower()}
+        if self.forced:
+            tags["agentrl.resume.differences"] = "; ".join(self.forced)
+        return tags
+
+
+def _run_id_of(folder: Path, kind: str) -> str | None:
+    record = read_record(folder)
+    if record is not None:
+        return record.get("run_id")
+    if kind == AGENTRL:  # older checkpoints: the run id is in state.pt (checkpoint.py writes it)
+        import torch
+
+        try:
+            return torch.load(Path(folder) / "state.pt", map_location="cpu", weights_only=False).get("run_id")
+        except (OSError, RuntimeError) as exc:
+            raise ResumeError(f"trainer.resume: cannot read checkpoint {folder}: {exc}") from exc
+    return None
+
+
+def _task_roots(cfg: DictConfig) -> list[Path]:
+    if cfg.trainer.get("checkpoint_path"):
+        return [Path(cfg.trainer.checkpoint_path)]
+    return sorted(p for p in (Path(cfg.paths.checkpoint_dir) / cfg.task_name).glob("*") if p.is_dir())
+
+
+def _newest(roots: list[Path], kind: str) -> Path | None:
+    found = [(path.stat().st_mtime, path) for root in roots if (c := checkpoints(root, kind)) for path in [c[-1][1]]]
+    return max(found)[1] if found else None
+
+
+def _looks_like_folder(value: str) -> bool:
+    return os.sep in value or value.startswith((".", "~")) or Path(value).expanduser().exists()
+
+
+def _find(cfg: DictConfig, asked: str, kind: str) -> tuple[Path | None, str]:
+    """The checkpoint `asked` names (None: latest found none) and where `latest` looked."""
+    if asked == "latest":
+        roots = _task_roots(cfg)
+        where = str(cfg.trainer.checkpoint_path or Path(cfg.paths.checkpoint_dir) / cfg.task_name / "*")
+        return _newest(roots, kind), where
+    if _looks_like_folder(asked):
+        folder = Path(asked).expanduser().resolve()
+        if not folder.is_dir():
+            raise ResumeError(f"trainer.resume={asked}: no such folder")
+        if checkpoint_step(folder, kind) is not None:
+            return folder, ""
+        if found := checkpoints(folder, kind):
+            return found[-1][1], ""
+        pattern = "step-NNNNNN/state.pt" if kind == AGENTRL else "checkpoint-N/trainer_state.json"
+        raise ResumeError(f"trainer.resume={asked}: {folder} is not a checkpoint of this trainer and holds none "
+                          f"({pattern})")
+    # An MLflow run id: its checkpoints live under <checkpoint_dir>/<task>/<run id> (any task) or checkpoint_path.
+    if cfg.trainer.get("checkpoint_path"):
+        mine = [p for _, p in checkpoints(Path(cfg.trainer.checkpoint_path), kind) if _run_id_of(p, kind) == asked]
+        if mine:
+            return mine[-1], ""
+    elif folder := _newest(sorted(Path(cfg.paths.checkpoint_dir).glob(f"*/{asked}")), kind):
+        return folder, ""
+    known = sorted({_run_id_of(c[-1][1], kind) or root.name for root in _task_roots(cfg)
+                    if (c := checkpoints(root, kind))})
+    where = cfg.trainer.checkpoint_path or f"{cfg.paths.checkpoint_dir}/*/{asked}"
+    raise ResumeError(f"trainer.resume={asked}: no checkpoint of an MLflow run {asked} (looked in {where}); "
+                      f"the runs of task {cfg.task_name} with checkpoints: {', '.join(known) or 'none'}. "
+                      "Give a run id from those, latest, or a checkpoint folder")
+
+
+def resolve_resume(cfg: DictConfig, choices: dict[str, Any], kind: str) -> ResumeTarget | None:
+    """The checkpoint `trainer.resume` names, checked against this config (None: no resume asked)."""
+    asked = resume_mode(cfg.trainer.get("resume"))
+    if asked is None:
+        return None
+    folder, searched = _find(cfg, asked, kind)
+    if folder is None:
+        return ResumeTarget(asked, None, searched=searched)
+    record = read_record(folder)
+    if record is None:
+        diffs = [f"{folder} records no config (it predates {RECORD}): nothing to compare"]
+    else:
+        diffs = differences(record, cfg, choices)
+    if diffs and not cfg.trainer.get("resume_force"):
+        raise ResumeError(f"trainer.resume={asked}: checkpoint {folder} was made with a different config: "
+                          f"{'; '.join(diffs)}. Resume with the same settings, or set trainer.resume_force=true "
+                          "(the run's params keep their old values; the differences are tagged on the run)")
+    return ResumeTarget(asked, folder, step=checkpoint_step(folder, kind), run_id=_run_id_of(folder, kind),
+                        forced=tuple(diffs))
