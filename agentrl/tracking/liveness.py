@@ -20,6 +20,8 @@ from typing import Any
 
 HOST_TAG = "agentrl.host"
 PID_TAG = "agentrl.pid"
+# The pid namespace: containers sharing a hostname (host networking) number their processes apart.
+PID_NS_TAG = "agentrl.pid_ns"
 # The boot id and start time of the process: a pid reused by a later process (or after a reboot) reads differently.
 PROCESS_START_TAG = "agentrl.process_start"
 HEARTBEAT_TAG = "agentrl.heartbeat"  # Unix seconds of the last beat
@@ -69,13 +71,21 @@ def process_alive(pid: int, start: str | None) -> bool:
     return True
 
 
+def pid_namespace() -> str | None:
+    """This process's pid namespace (`pid:[4026531836]`, Linux), None where unknown."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def process_tags(now: float | None = None) -> dict[str, str]:
     """The tags that name this process and its first heartbeat."""
     tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid()),
             HEARTBEAT_TAG: str(int(now if now is not None else time.time()))}
-    start = process_start(os.getpid())
-    if start:
-        tags[PROCESS_START_TAG] = start
+    for key, value in ((PROCESS_START_TAG, process_start(os.getpid())), (PID_NS_TAG, pid_namespace())):
+        if value:
+            tags[key] = value
     return tags
 
 
@@ -83,11 +93,12 @@ def _ago(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def why_dead(tags: dict[str, str], *, now: float, stale_after_s: float, host: str) -> str | None:
+def why_dead(tags: dict[str, str], *, now: float, stale_after_s: float, host: str,
+             pid_ns: str | None = None) -> str | None:
     """Why a RUNNING run's process is gone; None while it may live (or when the run records no process).
 
-    On this host the process itself decides: a live process is no death even if its heartbeat is late (a
-    stopped or very busy process). From another host only the heartbeat's age can tell.
+    On this host (and pid namespace) the process itself decides: a live process is no death even if its
+    heartbeat is late (a stopped or very busy process). From elsewhere only the heartbeat's age can tell.
     """
     try:
         beat = float(tags[HEARTBEAT_TAG])
@@ -95,7 +106,8 @@ def why_dead(tags: dict[str, str], *, now: float, stale_after_s: float, host: st
         return None  # a run made before heartbeats (or by another tool): nothing to judge it by
     pid = tags.get(PID_TAG, "?")
     where = f"process {pid} on host {tags.get(HOST_TAG, '?')}"
-    if tags.get(HOST_TAG) == host and pid.isdigit():
+    same_ns = PID_NS_TAG not in tags or pid_ns is None or tags[PID_NS_TAG] == pid_ns
+    if tags.get(HOST_TAG) == host and same_ns and pid.isdigit():
         if process_alive(int(pid), tags.get(PROCESS_START_TAG)):
             return None
         return f"its {where} is gone (last heartbeat {_ago(max(now - beat, 0))} before this check)"
@@ -122,13 +134,15 @@ def mark_dead_runs(client: Any, experiment_id: str, *, stale_after_s: float, fou
 
     The run ends at its last heartbeat (its true end, to within one beat), tagged with the reason.
     """
-    now, host = time.time(), socket.gethostname()
+    now, host, pid_ns = time.time(), socket.gethostname(), pid_namespace()
     running = client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'",
                                  max_results=_MAX_RUNNING)
     found: list[DeadRun] = []
     for run in running:
         run_id, tags = run.info.run_id, run.data.tags
-        if run_id in skip or (reason := why_dead(tags, now=now, stale_after_s=stale_after_s, host=host)) is None:
+        if run_id in skip:
+            continue
+        if (reason := why_dead(tags, now=now, stale_after_s=stale_after_s, host=host, pid_ns=pid_ns)) is None:
             continue
         stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         by = f" by run {found_by}" if found_by else ""

@@ -20,6 +20,7 @@ from agentrl.tracking.liveness import (
     FOUND_DEAD_TAG,
     HEARTBEAT_TAG,
     HOST_TAG,
+    PID_NS_TAG,
     PID_TAG,
     PROCESS_START_TAG,
     process_start,
@@ -117,6 +118,9 @@ def test_which_running_runs_count_as_dead(tmp_path: Path):
         "gone, fresh heartbeat": ({HOST_TAG: host, PID_TAG: str(_dead_pid()), HEARTBEAT_TAG: str(now)}, "KILLED"),
         "other host, stale": ({HOST_TAG: "elsewhere", PID_TAG: "1", HEARTBEAT_TAG: str(now - 1000)}, "KILLED"),
         "other host, fresh": ({HOST_TAG: "elsewhere", PID_TAG: "1", HEARTBEAT_TAG: str(now - 100)}, "RUNNING"),
+        # A container on this host's network: the same hostname, its own pids; only its heartbeat can tell.
+        "other pid namespace, fresh": ({HOST_TAG: host, PID_NS_TAG: "pid:[1]", PID_TAG: str(_dead_pid()),
+                                        HEARTBEAT_TAG: str(now - 100)}, "RUNNING"),
         "no heartbeat (an older run)": ({}, "RUNNING"),
     }
     ids = {name: client.create_run(exp, run_name=name, tags=tags).info.run_id for name, (tags, _) in cases.items()}
