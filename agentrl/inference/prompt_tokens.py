@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -68,12 +69,17 @@ class PromptEncoder:
         self.tokenizer = tokenizer
         self.token_chars = longest_token_chars(tokenizer)
         self.large_chars = int(large_chars)
-        self._normal = ThreadPoolExecutor(NORMAL_WORKERS, thread_name_prefix="agentrl-tokenize")
-        self._large = ThreadPoolExecutor(1, thread_name_prefix="agentrl-tokenize-large")
+        self._pools: dict[bool, ThreadPoolExecutor] = {}  # large lane? -> its threads, made on first use
+        self._lock = threading.Lock()
 
     async def run(self, chars: int, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on a worker thread: the large-prompt lane when the request holds over `large_chars`."""
-        pool = self._large if chars > self.large_chars else self._normal
+        large = chars > self.large_chars
+        with self._lock:
+            pool = self._pools.get(large)
+            if pool is None:
+                pool = self._pools[large] = ThreadPoolExecutor(
+                    1 if large else NORMAL_WORKERS, thread_name_prefix=f"agentrl-tokenize{'-large' if large else ''}")
         return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
 
     def encode(self, text: str, room: int | None, what: str, messages: Sequence[dict[str, Any]]) -> list[int]:
@@ -96,6 +102,9 @@ class PromptEncoder:
         return ids
 
     def close(self) -> None:
-        """Stop the worker threads once their current job ends; queued jobs are dropped."""
-        for pool in (self._normal, self._large):
+        """Let the worker threads end once their current job does (queued jobs are dropped); a later `run`
+        starts new ones, so a server can be started again."""
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
             pool.shutdown(wait=False, cancel_futures=True)

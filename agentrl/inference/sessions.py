@@ -248,11 +248,11 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
 
     async def turn(session: Session, body: dict[str, Any], params: dict[str, Any], messages: list[dict[str, Any]],
                    tools: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-        chars = sum(len(m.get("content") or "") for m in messages)  # rendering costs about this much
+        tools_key = json.dumps(tools, sort_keys=True)
+        chars = len(tools_key) + sum(len(m.get("content") or "") for m in messages)  # about what rendering costs
         async with session.lock:
             if session.id not in store:  # deleted while this request waited for the lock
                 raise SessionNotFoundError(session.id)
-            tools_key = json.dumps(tools, sort_keys=True)
             if not session.messages:
                 room = None if context is None else context - 1  # the engine needs room for one token
                 prompt = await prompts.run(chars, first_ids, messages, tools, kwargs, room)
