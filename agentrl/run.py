@@ -153,8 +153,8 @@ def run(cfg: DictConfig) -> float | None:
     # A dry run never reopens the checkpoint's run: the plan's `resume` line says what a real run would resume.
     resuming = plan.resume is not None and plan.resume.checkpoint is not None and not cfg.dry_run
     resume_run_id = plan.resume.run_id if resuming else None
-    if resume_run_id:
-        check_reopenable(tracker, plan.resume)
+    if plan.resume is not None and plan.resume.checkpoint is not None and plan.resume.run_id:
+        check_reopenable(tracker, plan.resume)  # a dry run too: the run it names must be in this store
     tracker.start(
         cfg, choices=choices, run_dir=run_dir, overrides=list(hydra_cfg.overrides.task),
         resume_run_id=resume_run_id,
