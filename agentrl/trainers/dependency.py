@@ -120,14 +120,18 @@ class Breaker:
             blamed = [r for r in rollouts if r.failure in dep.failures]
             if blamed:
                 if not dep.troubled:
-                    log.warning("%s at %s: a play failed %s (%s); the run stops after %gs without a success "
-                                "(trainer.dependency_grace_s) unless it recovers", dep.name, dep.url,
-                                blamed[0].failure.value, blamed[0].error[:300], self.grace_s)
+                    log.warning("%s at %s: a play failed %s (%s); %s", dep.name, dep.url,
+                                blamed[0].failure.value, blamed[0].error[:300], self._unless())
                 dep.failed(blamed[0].failure, blamed[0].error)
             elif clean:
                 if dep.troubled:
                     log.warning("%s at %s: plays succeed again", dep.name, dep.url)
                 dep.succeeded()
+
+    def _unless(self) -> str:
+        then = "the run stops" if self.on_loss == "stop" else "the run waits for it"
+        return (f"{then} (trainer.on_dependency_loss={self.on_loss}) after {self.grace_s:g}s of this without a "
+                "success (trainer.dependency_grace_s) unless it recovers")
 
     def step_done(self, step: int, seen: Sequence[Rollout]) -> None:
         """A trainer's step collected `seen`: the console hears of a high failure share."""
@@ -148,8 +152,7 @@ class Breaker:
         except httpx.HTTPError as exc:
             answer = f"could not be reached ({type(exc).__name__}: {exc or 'connection failed'})"
         if answer and not dep.troubled:
-            log.warning("%s at %s: /health %s; the run stops after %gs without a success "
-                        "(trainer.dependency_grace_s) unless it recovers", dep.name, dep.url, answer, self.grace_s)
+            log.warning("%s at %s: /health %s; %s", dep.name, dep.url, answer, self._unless())
         dep.health = answer
         dep.troubled = dep.troubled or bool(answer)
         return not answer
