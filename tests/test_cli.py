@@ -121,7 +121,7 @@ def test_multirun_makes_one_parent_and_a_child_per_job(launcher: list[str], agen
     assert "== agentrl sweep: 2 jobs" in proc.stdout
 
 
-QUICK_LOOK = ["+recipe=gridsim_grpo", "trainer.warm_start.steps=100", "trainer.steps=5", "trainer.eval_limit=20"]
+QUICK_LOOK = ["+recipe=gridsim_quick"]  # the README's quick look
 # Smaller still, to keep CI's time sane: the same code paths (warm start, GRPO steps, sampled and greedy evals).
 SMALLER = ["trainer.warm_start.steps=30", "trainer.warm_start.augment=0", "trainer.steps=2", "trainer.eval_limit=4",
            "trainer.eval_every=0", "trainer.checkpoint_every=0", "trainer.max_extra_rows=2"]
@@ -178,7 +178,7 @@ def test_wheel_in_a_fresh_venv_plays_the_quick_look_from_another_directory(tmp_p
     assert run.info.status == "FINISHED"
     # The closing block says where everything is.
     block = out[out.index("== agentrl run FINISHED"):]
-    assert f"run folder    {agentrl_home / 'outputs' / 'runs' / 'gridsim_grpo'}" in block
+    assert f"run folder    {agentrl_home / 'outputs' / 'runs' / 'gridsim_quick'}" in block
     assert f"run {run.info.run_id}" in block and f"sqlite:///{store}" in block
     assert f"mlflow ui --backend-store-uri sqlite:///{store}" in block
     assert "final eval/reward" in block
