@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -33,17 +31,19 @@ HANG = 300.0  # seconds: only to turn a hang into a failure, never a speed check
 LONG_CONTEXT = 1 << 18  # admits a 2 MB prompt past the length precheck, so the tokenizer really runs on it
 TWO_MB = 1 << 21
 BODY_LIMIT = 200_000
-TINY_NAME = "tiny-s0-h128-l4-v2048"  # conf/model/tiny.yaml's folder name for the defaults
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def long_served(tmp_path_factory: pytest.TempPathFactory):
-    """The tiny model's tokenizer and architecture with a 262,144-token context, served in-process."""
-    folder = ensure_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny-long"),
-                               max_position_embeddings=LONG_CONTEXT)
-    engine = EmbeddedEngine(folder, batch_wait_ms=0)
+def long_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny model (tokenizer, architecture) made with a 262,144-token context."""
+    return ensure_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny-long"), max_position_embeddings=LONG_CONTEXT)
+
+
+@pytest.fixture(scope="module")
+def long_served(long_model):
+    engine = EmbeddedEngine(long_model, batch_wait_ms=0)
     server = start_session_server(engine, default_max_tokens=2)
     yield engine, server
     server.stop()
@@ -163,19 +163,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def tiny_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An AGENTRL_HOME holding the tiny model where `model=tiny` looks, so serve builds nothing."""
-    home = tmp_path_factory.mktemp("home")
-    ensure_tiny_model(str(home / "outputs" / "models" / TINY_NAME))
-    return home
-
-
-async def test_sigterm_answers_generations_in_flight_with_json_503(tiny_home, tmp_path):
+async def test_sigterm_answers_generations_in_flight_with_json_503(long_model, tmp_path):
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "agentrl.inference.serve", "model=tiny", f"port={port}",
-                             "log_level=warning"], cwd=tmp_path, env=dict(os.environ, AGENTRL_HOME=str(tiny_home)),
+    # the tiny model with a long context, so a generation of 100,000 tokens is in flight on any machine
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl.inference.serve", "model=hf", f"model.path={long_model}",
+                             f"port={port}", "log_level=warning"], cwd=tmp_path,
+                            env=dict(os.environ, AGENTRL_HOME=str(tmp_path / "home")),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         async with httpx.AsyncClient(base_url=base, timeout=HANG) as client:
@@ -193,9 +187,9 @@ async def test_sigterm_answers_generations_in_flight_with_json_503(tiny_home, tm
             async def long_generation() -> httpx.Response:
                 sid = (await client.post("/sessions")).json()["session_id"]
                 return await client.post(f"/sessions/{sid}/v1/chat/completions", json={
-                    "messages": [{"role": "user", "content": "count"}], "max_tokens": 2000, "ignore_eos": True})
+                    "messages": [{"role": "user", "content": "count"}], "max_tokens": 100_000, "ignore_eos": True})
 
-            running = [asyncio.ensure_future(long_generation()) for _ in range(4)]  # ~8,000 decoded tokens
+            running = [asyncio.ensure_future(long_generation()) for _ in range(4)]
             while (await client.get("/health")).json()["sessions"] < len(running):
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.5)  # let them reach the engine
@@ -211,4 +205,3 @@ async def test_sigterm_answers_generations_in_flight_with_json_503(tiny_home, tm
         if proc.poll() is None:
             proc.kill()
         proc.wait(HANG)
-        shutil.rmtree(tmp_path / "outputs", ignore_errors=True)
