@@ -96,6 +96,28 @@ class Plan:
         return "\n".join(lines)
 
 
+def check_model(cfg: DictConfig) -> list[str]:
+    """The model group's checks, before anything starts: a path is given, the factory accepts the keys, a folder
+    that must exist is a usable model (`model=hf`), and its chat template gives an assistant mask and writes tool
+    calls `model.tool_format` reads (`inference.assistant_tokens`). Returns the plan's notes about the model."""
+    if OmegaConf.is_missing(cfg.model, "path"):
+        raise PlanError("model.path is not set: model=hf needs a local Hugging Face folder, e.g. model=hf "
+                        "model.path=/data/Qwen3-4B (docs/models.md)")
+    factory = resolve_target(cfg.model, "model")
+    if getattr(factory, "builds_on_demand", False) and not (Path(cfg.model.path) / "config.json").is_file():
+        return []  # e.g. the tiny model, made (with agentrl's own template) when first used
+    path = build(cfg.model, "model")
+    from transformers import AutoTokenizer
+
+    from agentrl.inference.assistant_tokens import TemplateError, check_chat_template
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        return [check_chat_template(tokenizer, str(cfg.model.tool_format))]
+    except TemplateError as exc:
+        raise PlanError(f"model.path={path}: {exc} (docs/models.md, \"The chat template\")") from exc
+
+
 def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path) -> Plan:
     """Instantiate the cheap objects (bundle, agent, reward) and resolve the heavy ones (trainer, model, engine)."""
     bundle, agent, reward = (build(cfg[group], group) for group in ("env", "agent", "reward"))
@@ -111,7 +133,7 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # A backend's own refusals (e.g. a setting TRL lacks) fail here too, before anything starts.
     if callable(check := getattr(trainer_cls, "plan_problem", None)) and (problem := check(cfg)):
         raise PlanError(problem)
-    resolve_target(cfg.model, "model")
+    notes = check_model(cfg)
     resolve_target(cfg.inference, "inference")
     from agentrl.devices import DeviceError, check_devices  # torch loads only once a plan is built
 
@@ -130,7 +152,7 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
 
     if problem := teacher_problem(cfg, bundle):
         raise PlanError(problem)
-    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, resume=plan_resume(cfg, choices, trainer_cls))
+    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, notes=notes, resume=plan_resume(cfg, choices, trainer_cls))
 
 
 def plan_resume(cfg: DictConfig, choices: dict[str, str | None], trainer_cls: type) -> Any:

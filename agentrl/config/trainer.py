@@ -141,8 +141,25 @@ class DependencyWatchConfig:
             raise ValueError(f"trainer.warn_failure_share must be in (0, 1], got {self.warn_failure_share}")
 
 
+LR_SCHEDULES = ("constant", "linear", "cosine")  # agentrl/trainers/lr_schedules.py; TRL: trl_args.py
+
+
 @dataclass
-class GRPOTrainerConfig(DependencyWatchConfig, TrainerConfig):
+class LRScheduleConfig:
+    """The RL stage's learning-rate schedule (docs/models.md, "Learning rate"); the grpo and trl trainers carry it."""
+
+    lr_warmup_steps: int = 0  # steps of linear warmup from lr/warmup to lr (0: none)
+    lr_schedule: str = "constant"  # constant | linear | cosine: the rate after the warmup, to 0 past the last step
+
+    def check_lr_schedule(self) -> None:
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"trainer.lr_schedule={self.lr_schedule!r}: choose one of {', '.join(LR_SCHEDULES)}")
+        if int(self.lr_warmup_steps) < 0:
+            raise ValueError(f"trainer.lr_warmup_steps must be >= 0 (0: no warmup), got {self.lr_warmup_steps}")
+
+
+@dataclass
+class GRPOTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
     _target_: str = "agentrl.trainers.grpo.GRPOTrainer"
     prompts_per_step: int = 4  # distinct rows (e.g. days) per step
     samples_per_prompt: int = 8  # rollouts per row: one GRPO group
@@ -182,6 +199,7 @@ class GRPOTrainerConfig(DependencyWatchConfig, TrainerConfig):
     def __post_init__(self) -> None:
         check_algorithm(self)
         DependencyWatchConfig.__post_init__(self)
+        self.check_lr_schedule()
         if self.model_failures not in ("drop", "penalize"):
             raise ValueError(f"trainer.model_failures must be drop or penalize, got {self.model_failures!r}")
         if self.off_policy_steps not in (0, 1):
@@ -274,7 +292,7 @@ class MilesTrainerConfig(TrainerConfig):
 
 
 @dataclass
-class TRLTrainerConfig(DependencyWatchConfig, TrainerConfig):
+class TRLTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
     """TRL's GRPOTrainer playing our agent through its `rollout_func` (docs/trl.md); same keys as `grpo` where
     TRL has the setting. A key TRL lacks keeps a neutral default, and another value fails when the plan is built."""
 
@@ -304,3 +322,7 @@ class TRLTrainerConfig(DependencyWatchConfig, TrainerConfig):
     threads: int = 0  # torch CPU threads per process (after the warm start); 0: torch's default
     extra_args: dict[str, Any] = field(default_factory=dict)  # more GRPOConfig fields, verbatim (names checked)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+    def __post_init__(self) -> None:
+        DependencyWatchConfig.__post_init__(self)
+        self.check_lr_schedule()

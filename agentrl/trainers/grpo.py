@@ -28,10 +28,11 @@ from omegaconf import DictConfig
 
 from agentrl.agents.base import multi_agent_metrics
 from agentrl.agents.record import Rollout
+from agentrl.console import progress
 from agentrl.devices import set_threads, train_device
 from agentrl.rewards import FAILED, FailureStreak, failure_cause, group_drop_reason
 from agentrl.trainers import checkpoint as ckpt
-from agentrl.trainers.evaluate import trainer_eval
+from agentrl.trainers.evaluate import step_line, trainer_eval
 from agentrl.trainers.health import HealthWatch
 from agentrl.trainers.no_update import NoUpdateWatch
 from agentrl.trainers.plots import reward_curves
@@ -174,7 +175,7 @@ class GRPOTrainer:
         for p in self.policies:  # a trained role model resumes from the checkpoint's copy
             if resume_from and p.trainable and p.name != MAIN:
                 p.path = str(ckpt.policy_path(resume_from, p.name))
-        load_learners(t, self.policies, device)
+        load_learners(t, self.policies, device, cfg.model)
         self.rows = RowStream(self.plan.bundle.splits()[cfg.env.train_split], int(cfg.seed))
         first = 1
         if resume_from is not None:
@@ -236,12 +237,12 @@ class GRPOTrainer:
         metrics.update({f"rollout/groups_dropped/{k}": float(v) for k, v in dropped.items()})
         return kept, metrics
 
-    def _update(self, played: list[Rollout]) -> tuple[dict[str, float], float]:
+    def _update(self, played: list[Rollout], step: int | None = None) -> tuple[dict[str, float], float]:
         """One AdamW step per trained policy on the samples it played, each pushed to its own engine.
 
         Returns the train metrics (`train/*` for main, `train/<policy>/*` for role models) and the push seconds.
         """
-        return step_policies(self.policies, played, self.services.policy_engines)
+        return step_policies(self.policies, played, self.services.policy_engines, step)
 
     def _train_step(self, step: int) -> dict[str, float]:
         """One step. With `off_policy_steps=1` the next step's rollouts are played while this one trains: they
@@ -256,7 +257,7 @@ class GRPOTrainer:
             self.ahead = self.prefetcher.submit(self._collect, step + 1)
         played = [r for g in groups for r in g]
         metrics.update(weight_lag(played, self.services.engine))
-        update, push_s = self._update(played)
+        update, push_s = self._update(played, step)
         metrics.update(update)
         t2 = time.monotonic() - push_s
         metrics.update({"time/generate_wait_s": t1 - t0, "time/train_s": t2 - t1, "time/weight_push_s": push_s,
@@ -306,6 +307,7 @@ class GRPOTrainer:
                 if step == steps or (eval_every and step % eval_every == 0):
                     metrics.update(self._evaluate(step))
                 self.tracker.log(metrics, step=step)
+                progress(step_line("grpo", step, steps, metrics))  # the log file's step progress
                 self.health.add(metrics)
                 self.no_update.add(step, metrics)
                 if ckpt_every and (step % ckpt_every == 0 or step == steps):
@@ -320,7 +322,8 @@ class GRPOTrainer:
                 final["eval/reward"] = self.history["eval/reward"][-1][1]
             final.update({f"time/{k}_total_s": v for k, v in self.times.items()})
             health = self.health.metrics()
-            print(self.health.summary(), flush=True)
+            if summary := self.health.summary():  # only when the recipe declares ranges (agent.health)
+                print(summary, flush=True)
             if health:
                 self.tracker.log(health, step=steps)
             final.update(health)

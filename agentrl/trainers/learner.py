@@ -20,6 +20,7 @@ from agentrl.trainers.grpo_math import (
     policy_loss,
     token_logprobs,
 )
+from agentrl.trainers.lr_schedules import lr_factor, set_lr
 
 # What `Learner.step` logs under train/ (besides grad_norm and tokens); a step with nothing to train logs zeros.
 STEP_METRICS = ("loss", "kl", "entropy", "clip_fraction", "approx_kl", "tis_weight_mean", "tis_clipped_frac",
@@ -101,21 +102,27 @@ def items_from(played: Sequence[Any], policy: str | None = None, algorithm: Algo
 
 
 class Learner:
-    """A policy model and its AdamW optimizer (constant LR, gradient clipping), plus an optional frozen reference.
+    """A policy model and its AdamW optimizer (gradient clipping; the rate per step from `lr_schedules`, set by
+    `at_step`, constant when never called), plus an optional frozen reference.
 
-    It trains on the device the model is on (float32 weights; bf16 autocast on CUDA) with `algorithm`'s loss;
-    the loose `clip_low/clip_high/kl_coef` keywords override the algorithm's (older callers and tests).
+    It trains on the device the model is on, in the weights' dtype (float32: bf16 autocast on CUDA) with
+    `algorithm`'s loss; the loose `clip_low/clip_high/kl_coef` keywords override the algorithm's (older callers
+    and tests).
     """
 
     def __init__(self, model: torch.nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
                  clip_low: float | None = None, clip_high: float | None = None, kl_coef: float | None = None,
                  temperature: float = 1.0, micro_batch_samples: int = 8, pad_id: int = 0,
-                 algorithm: Algorithm | None = None) -> None:
+                 algorithm: Algorithm | None = None, steps: int = 1, lr_warmup_steps: int = 0,
+                 lr_schedule: str = "constant") -> None:
         algo = algorithm or Algorithm()
         given = {"clip_low": clip_low, "clip_high": clip_high, "kl_coef": kl_coef}
         self.algorithm = replace(algo, **{k: v for k, v in given.items() if v is not None})
         self.model = model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.base_lr, self.steps = float(lr), int(steps)
+        self.lr_warmup_steps, self.lr_schedule = int(lr_warmup_steps), str(lr_schedule)
+        lr_factor(1, self.steps, self.lr_warmup_steps, self.lr_schedule)  # a bad schedule fails here, not at step 1
         self.grad_clip = grad_clip
         self.temperature = temperature
         self.micro = max(1, int(micro_batch_samples))
@@ -124,6 +131,11 @@ class Learner:
         self.reference = None
         if self.algorithm.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+
+    def at_step(self, step: int) -> float:
+        """Set the optimizer's rate for trainer step `step` (1-based) from the schedule; returns it."""
+        return set_lr(self.optimizer, self.base_lr, lr_factor(step, self.steps, self.lr_warmup_steps,
+                                                              self.lr_schedule))
 
     def items(self, played: Sequence[Any], policy: str | None = None) -> tuple[list[TrainItem], torch.Tensor]:
         """`items_from` with this learner's advantage and reward shaping."""

@@ -101,19 +101,22 @@ def make_learner(t: Any, model: Any, tokenizer: Any) -> Learner:
     """A `Learner` for `model` with the trainer config `t`'s optimizer and algorithm (loss, advantage, KL, ...)."""
     return Learner(model, lr=float(t.lr), weight_decay=float(t.weight_decay), grad_clip=float(t.grad_clip),
                    algorithm=Algorithm.from_config(t), temperature=float(t.temperature),
-                   micro_batch_samples=int(t.micro_batch_samples), pad_id=tokenizer.pad_token_id or 0)
+                   micro_batch_samples=int(t.micro_batch_samples), pad_id=tokenizer.pad_token_id or 0,
+                   steps=int(t.steps), lr_warmup_steps=int(t.get("lr_warmup_steps", 0)),
+                   lr_schedule=str(t.get("lr_schedule", "constant")))
 
 
-def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu") -> None:
-    """Load every trainable policy's model and tokenizer from its `path` onto `device`; give it a learner."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu", model_cfg: Any = None) -> None:
+    """Load every trainable policy's model and tokenizer from its `path` onto `device` (in `model.dtype`, with
+    `model.gradient_checkpointing`: `trained_model.py`); give it a learner."""
+    from transformers import AutoTokenizer
+
+    from agentrl.trainers.trained_model import load_trained_model
 
     for p in policies:
         if p.trainable:
             p.tokenizer = AutoTokenizer.from_pretrained(p.path)
-            model = AutoModelForCausalLM.from_pretrained(p.path, dtype=torch.float32).eval().to(device)
-            p.learner = make_learner(t, model, p.tokenizer)
+            p.learner = make_learner(t, load_trained_model(p.path, model_cfg, device), p.tokenizer)
 
 
 # An update's metrics when a policy had nothing to train on (no group passed the filter): zeros, not gaps.
@@ -125,12 +128,13 @@ def metric_prefix(policy: Policy) -> str:
     return "train/" if policy.name == MAIN else f"train/{policy.name}/"
 
 
-def step_policies(policies: Sequence[Policy], played: Sequence[Any], engines: Mapping[str, Any]
-                  ) -> tuple[dict[str, float], float]:
+def step_policies(policies: Sequence[Policy], played: Sequence[Any], engines: Mapping[str, Any],
+                  step: int | None = None) -> tuple[dict[str, float], float]:
     """One optimizer step per trainable policy on its own samples, then its weights to its own engine.
 
     Advantages are computed over all of `played` (every role counts in its group whichever model played it).
-    Returns the metrics under `metric_prefix(policy)` and the seconds spent pushing weights.
+    With `step` (1-based), each learner first takes that step's learning rate (`Learner.at_step`, logged as
+    `lr`). Returns the metrics under `metric_prefix(policy)` and the seconds spent pushing weights.
     """
     metrics: dict[str, float] = {}
     push_s = 0.0
@@ -139,6 +143,8 @@ def step_policies(policies: Sequence[Policy], played: Sequence[Any], engines: Ma
             continue
         items, _ = p.learner.items(played, policy=p.name)  # the learner's advantage kind and reward shaping
         out = dict(_EMPTY_STEP)
+        if step is not None:
+            out["lr"] = p.learner.at_step(step)
         out.update({k.removeprefix("train/"): v for k, v in p.learner.step(items).items()})
         out["updates"] = 1.0 if items else 0.0  # 0: every group dropped, nothing trained (trainers/no_update.py)
         metrics.update({f"{metric_prefix(p)}{k}": v for k, v in out.items()})

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -19,11 +18,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.console import progress, run_relayed
 from agentrl.trainers.dependency import DependencyLost
+from agentrl.trainers.evaluate import step_line
 from agentrl.trainers.grpo import checkpoint_root
 from agentrl.trainers.no_update import NoUpdateWatch
 from agentrl.trainers.plots import reward_curves
-from agentrl.trainers.resume import TRANSFORMERS, checkpoint_record
+from agentrl.trainers.resume import TRANSFORMERS, checkpoint_record, resumed_history
 from agentrl.trainers.trl_args import (
     TRLConfigError,
     check_config,
@@ -84,6 +85,8 @@ def record(metrics: dict[str, float], step: int, tracker: Any, history: dict[str
            watch: NoUpdateWatch | None = None) -> None:
     """Log one step's metrics, keep the reward curves' points and let `watch` see steps without an update."""
     tracker.log(metrics, step=step)
+    if "train/reward" in metrics:  # a training step's metrics (an eval's come alone)
+        progress(step_line("trl", step, None, metrics))
     if watch is not None:
         watch.add(step, metrics)
     for key in history:
@@ -145,6 +148,7 @@ class TRLTrainer:
         resume_from = str(resume.checkpoint) if resume is not None and resume.checkpoint is not None else None
         if resume_from:
             print(f"resuming from {resume_from} at step {int(resume.step) + 1}", flush=True)
+            self.history = resumed_history(resume.checkpoint, int(resume.step), list(self.history))
         start_path = resume_from or warm_start_path(cfg, self.plan, self.tracker)
         warm_s = time.monotonic() - started
         run_dir = Path(self.plan.run_dir)
@@ -193,11 +197,11 @@ class TRLTrainer:
         env.setdefault("OMP_NUM_THREADS", str(threads or 1))  # torchrun's default otherwise warns and picks 1
         print(f"trl: launching {int(self.cfg.trainer.num_processes)} processes: {' '.join(command)}", flush=True)
         with MetricsForwarder(metrics_path, self.tracker, self.history, self.no_update):
-            done = subprocess.run(command, env=env, cwd=run_dir)
-        if done.returncode != 0 and (run_dir / LOST_FILE).is_file():
+            returncode = run_relayed(command, env=env, cwd=run_dir)  # their lines reach the run's log too
+        if returncode != 0 and (run_dir / LOST_FILE).is_file():
             raise DependencyLost((run_dir / LOST_FILE).read_text())
-        if done.returncode != 0:
-            raise RuntimeError(f"trainer=trl: the accelerate workers exited with {done.returncode} (their output "
+        if returncode != 0:
+            raise RuntimeError(f"trainer=trl: the accelerate workers exited with {returncode} (their output "
                                "is above)")
         if not final_path.is_file():
             raise RuntimeError(f"trainer=trl: rank 0 wrote no final metrics ({final_path})")

@@ -32,7 +32,11 @@ LACKS: dict[str, tuple[Any, str]] = {
 # GRPOConfig fields that agentrl sets itself; extra_args may not override them.
 OWNED = ("output_dir", "num_generations", "generation_batch_size", "per_device_train_batch_size",
          "gradient_accumulation_steps", "max_steps", "learning_rate", "temperature", "report_to", "use_vllm",
-         "loss_type", "importance_sampling_level", "scale_rewards", "epsilon", "epsilon_high", "beta")
+         "loss_type", "importance_sampling_level", "scale_rewards", "epsilon", "epsilon_high", "beta",
+         "lr_scheduler_type", "warmup_steps", "gradient_checkpointing", "activation_checkpointing",
+         "model_init_kwargs")
+# trainer.lr_schedule -> transformers' lr_scheduler_type (with trainer.lr_warmup_steps as warmup_steps).
+LR_SCHEDULER_TYPES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
 
 
 class TRLConfigError(ValueError):
@@ -106,6 +110,12 @@ def grpo_config_fields() -> list[str]:
     return [f.name for f in dataclasses.fields(GRPOConfig)]
 
 
+def checkpointing_field() -> str:
+    """GRPOConfig's name for gradient checkpointing (transformers 5.2x renamed it activation_checkpointing)."""
+    return "activation_checkpointing" if "activation_checkpointing" in grpo_config_fields() else \
+        "gradient_checkpointing"
+
+
 def use_cpu(cfg: Any) -> bool:
     """Train on CPUs: `trainer.device=cpu`, or `auto` on a machine without CUDA."""
     want = str(cfg.trainer.get("device") or "auto")
@@ -123,12 +133,13 @@ def grpo_config_kwargs(cfg: Any, *, output_dir: str | Path, cpu: bool) -> dict[s
     max_turns = int(agent.max_turns)
     per_turn = int(agent.get("max_response_tokens") or 512)
     ckpt = int(t.checkpoint_every)
+    model = cfg.get("model") or {}
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
         "max_steps": int(t.steps),
         "learning_rate": float(t.lr),
-        "lr_scheduler_type": "constant",  # the built-in GRPO's AdamW runs at a constant lr
-        "warmup_steps": 0,
+        "lr_scheduler_type": LR_SCHEDULER_TYPES[str(t.lr_schedule)],  # as trainer=grpo's (lr_schedules.py)
+        "warmup_steps": int(t.lr_warmup_steps),
         "optim": "adamw_torch",
         "weight_decay": float(t.weight_decay),
         "max_grad_norm": float(t.grad_clip),
@@ -154,6 +165,10 @@ def grpo_config_kwargs(cfg: Any, *, output_dir: str | Path, cpu: bool) -> dict[s
         "seed": int(cfg.seed),
         "use_cpu": bool(cpu),
         "bf16": not cpu,
+        # model.dtype (the trained weights') and model.gradient_checkpointing; a config without a model group
+        # (a bare trainer config) keeps TRL's float32 and no checkpointing.
+        "model_init_kwargs": {"dtype": str(model.get("dtype") or "float32")},
+        checkpointing_field(): bool(model.get("gradient_checkpointing")),
         "eval_strategy": "no",  # agentrl's evaluator plays the eval split (a callback), as for the other backends
         "save_strategy": "steps" if ckpt > 0 else "no",
         "logging_steps": 1,
@@ -162,6 +177,8 @@ def grpo_config_kwargs(cfg: Any, *, output_dir: str | Path, cpu: bool) -> dict[s
         "log_completions": False,
         "remove_unused_columns": False,
         "dataloader_num_workers": 0,
+        # Every parameter gets a gradient: DDP's search for unused ones only costs a pass (and warns each step).
+        "ddp_find_unused_parameters": False,
         "disable_tqdm": True,
     }
     if ckpt > 0:

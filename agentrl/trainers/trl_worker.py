@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -28,12 +29,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.agents.record import Rollout
+from agentrl.console import TRL_SILENCE, quiet_console
 from agentrl.devices import set_threads
 from agentrl.rewards import FAILED, group_drop_reason
 from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.evaluate import trainer_eval
 from agentrl.trainers.grpo import RowStream, rollout_metrics
-from agentrl.trainers.resume import write_record
+from agentrl.trainers.resume import TRANSFORMERS, checkpoint_step, resumed_history, write_record
 from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
 from agentrl.trainers.trl_args import grpo_config_kwargs, use_cpu
@@ -228,15 +230,16 @@ def weight_digest(model: torch.nn.Module) -> dict[str, list[float]]:
     return {k: [float(v.double().sum()), float(v.double().pow(2).sum())] for k, v in model.state_dict().items()}
 
 
-def record_callback(record: dict[str, Any]) -> Any:
-    """A TrainerCallback that writes the run's record into each checkpoint TRL saves (what a resume checks)."""
+def record_callback(record: dict[str, Any], bridge: Bridge) -> Any:
+    """A TrainerCallback that writes the run's record into each checkpoint TRL saves (what a resume checks), with
+    the reward curves' points so far (a resumed run's plot starts from them)."""
     from transformers import TrainerCallback
 
     class RecordCallback(TrainerCallback):
         def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if state.is_world_process_zero and folder.is_dir():
-                write_record(folder, record, state.global_step)
+                write_record(folder, {**record, "history": bridge.history}, state.global_step)
 
     return RecordCallback()
 
@@ -248,7 +251,7 @@ def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_d
     `resume_from`: a TRL checkpoint folder to continue (TRL's `resume_from_checkpoint`: weights, optimizer,
     scheduler, RNG and step); `record`: the run's record, written into every checkpoint.
     """
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     torch.manual_seed(int(cfg.seed))
@@ -256,6 +259,8 @@ def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_d
     cpu = use_cpu(cfg)
     args = GRPOConfig(**grpo_config_kwargs(cfg, output_dir=output_dir, cpu=cpu))
     rank = args.process_index
+    if rank != 0:  # TRL's experimental-API notice: rank 0 shows it once, not every process
+        os.environ[TRL_SILENCE] = "1"
     log.info("TRL: process %d of %d, %d torch threads, cpu=%s", rank, args.world_size, threads, cpu)
     if str(cfg.inference.get("device") or "cpu").startswith("cuda") and args.world_size > 1:
         cfg.inference.device = f"cuda:{args.local_process_index}"  # each rank's engine beside its own learner
@@ -263,14 +268,19 @@ def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_d
     tokenizer.padding_side = "left"
     services = start_services(cfg, plan, start_path)
     bridge = Bridge(cfg, plan, services, tokenizer, sink if rank == 0 else None)
+    if resume_from:  # the points so far, so the next checkpoint's record holds the whole curve
+        bridge.history = resumed_history(Path(resume_from), checkpoint_step(Path(resume_from), TRANSFORMERS) or 0,
+                                         list(bridge.history))
     final: dict[str, Any] = {}
     try:
         trainer_ref: list[Any] = []
         trainer = GRPOTrainer(model=start_path, reward_funcs=[agentrl_reward], args=args,
                               train_dataset=train_dataset(cfg, plan.bundle), processing_class=tokenizer,
                               callbacks=[make_callback(bridge, trainer_ref),
-                                         *([record_callback(record)] if record else [])], rollout_func=bridge)
+                                         *([record_callback(record, bridge)] if record else [])], rollout_func=bridge)
         trainer_ref.append(trainer)
+        # With disable_tqdm TRL prints every logged dict raw; our callback logs them (MLflow) and the eval lines.
+        trainer.remove_callback(PrinterCallback)
         if rank == 0 and sink is not None and not resume_from:
             sink(bridge.evaluate(None, 0), 0)  # the start folder, before any step (as trainer=grpo)
         trainer.train(resume_from_checkpoint=resume_from)
@@ -322,6 +332,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    quiet_console()
     logging.basicConfig(level=logging.INFO)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per chat turn would drown the output
     main()
