@@ -181,10 +181,6 @@ class Heartbeat:
             self._thread.join(timeout=10)
 
 
-# What `trainer.resume=` takes to continue one given run (see docs/training.md, "Checkpoints and resume").
-RESUME_VALUE = "true"
-
-
 def dead_run_note(dead: DeadRun, *, resumable: bool) -> list[str]:
     """The closing block's lines about an earlier run of this task that a start found dead: what, and how
     to continue it (or rerun it, for a trainer that cannot resume)."""
@@ -192,9 +188,8 @@ def dead_run_note(dead: DeadRun, *, resumable: bool) -> list[str]:
     lines = [f"found dead    earlier run {dead.run_id}{name} of this task: {dead.reason}; marked KILLED"]
     # The dead run's own command line, its resume setting replaced.
     args = [o for o in dead.overrides.split() if not o.lstrip("+").startswith("trainer.resume")]
-    if resumable:
-        value = dead.run_id if RESUME_VALUE == "<run id>" else RESUME_VALUE
-        lines.append(f"resume it     python -m agentrl {' '.join(args + [f'trainer.resume={value}'])}")
+    if resumable:  # trainer.resume=<run id>: that run's newest checkpoint (docs/training.md)
+        lines.append(f"resume it     python -m agentrl {' '.join(args + [f'trainer.resume={dead.run_id}'])}")
     else:
         lines.append(f"rerun it      python -m agentrl {' '.join(args)}  (this trainer does not resume)")
     return lines

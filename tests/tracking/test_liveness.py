@@ -80,8 +80,8 @@ def test_a_run_killed_with_kill_9_is_marked_killed_on_the_next_start(tmp_path: P
         assert any(ln.startswith(f"found dead    earlier run {killed_id} (gridsim_grpo steps=5 seed=0)")
                    and "marked KILLED" in ln for ln in lines), block
         resume = next(ln for ln in lines if ln.startswith("resume it"))
-        assert resume.startswith("resume it     python -m agentrl +recipe=gridsim_grpo trainer.steps=5 "
-                                 "trainer.resume="), resume
+        assert resume == ("resume it     python -m agentrl +recipe=gridsim_grpo trainer.steps=5 "
+                          f"trainer.resume={killed_id}"), resume
         # A trainer that cannot resume is told to rerun instead.
         rerun = closing_block(status="FINISHED", run_dir=tmp_path, tracker=tracker, metrics={}, wall_s=1,
                               resumable=False)
