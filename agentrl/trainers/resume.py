@@ -89,6 +89,12 @@ def read_record(folder: Path) -> dict[str, Any] | None:
         raise ResumeError(f"trainer.resume: cannot read {path}: {exc}") from exc
 
 
+def resumed_history(checkpoint: Path, step: int, keys: list[str]) -> dict[str, list[tuple[int, float]]]:
+    """The reward curves' points up to `step` that a checkpoint's record holds (trainer=trl writes them)."""
+    saved = (read_record(checkpoint) or {}).get("history") or {}
+    return {key: [(int(s), float(v)) for s, v in saved.get(key, []) if int(s) <= step] for key in keys}
+
+
 def _flatten(node: Any, prefix: str) -> dict[str, str]:
     if isinstance(node, dict) and node:
         out: dict[str, str] = {}

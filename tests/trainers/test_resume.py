@@ -125,7 +125,9 @@ def test_trl_resumes_from_its_own_checkpoint(tmp_path: Path) -> None:
     # TRL restored its own state (its log history holds the first run's step) and went on from step 1.
     state = json.loads((root / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["global_step"] == 2 and [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2]
-    assert json.loads((root / "checkpoint-2" / "agentrl_run.json").read_text())["run_id"] == first
+    saved = json.loads((root / "checkpoint-2" / "agentrl_run.json").read_text())
+    assert saved["run_id"] == first
+    assert [p[0] for p in saved["history"]["train/reward"]] == [1, 2]  # the curve goes on across the resume
     client = _client(home)
     assert [r.info.run_id for r in _real_runs(home)] == [first]
     assert sorted(m.step for m in client.get_metric_history(first, "train/reward")) == [1, 2]
