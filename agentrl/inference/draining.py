@@ -27,22 +27,31 @@ class Drain:
     """Races each turn against the end of the shutdown grace period."""
 
     def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._over = asyncio.Event()
         self.began = False
+
+    def _event(self) -> asyncio.Event:
+        """The current event loop's flag: a server started again runs a new loop, with no shutdown pending."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop, self._over, self.began = loop, asyncio.Event(), False
+        return self._over
 
     def begin(self, grace_s: float | None) -> None:
         """Shutdown started (call on the server's event loop): turns still running at `grace_s` minus a
         margin get `ServerShuttingDown`. None (uvicorn waits forever) lets them finish."""
+        over = self._event()
         self.began = True
         if grace_s is None:
             return
         margin = min(MAX_MARGIN_S, grace_s / 2)
-        asyncio.get_running_loop().call_later(max(0.0, grace_s - margin), self._over.set)
+        asyncio.get_running_loop().call_later(max(0.0, grace_s - margin), over.set)
 
     async def guard(self, turn: Awaitable[T]) -> T:
         """`await turn`, unless the grace period ends first: then cancel it and raise ServerShuttingDown."""
+        over = asyncio.ensure_future(self._event().wait())
         task = asyncio.ensure_future(turn)
-        over = asyncio.ensure_future(self._over.wait())
         try:
             await asyncio.wait({task, over}, return_when=asyncio.FIRST_COMPLETED)
         finally:  # also when the handler itself is cancelled
