@@ -42,7 +42,8 @@ class TaskInfo:
 
 
 class Episode(ABC):
-    """One play of one task."""
+    """One play of one task. One that holds something (a remote session, a process) also defines `close()`,
+    which the sandbox and `opening_turn` call when done with it (safe to call twice)."""
 
     info: TaskInfo
 
@@ -67,9 +68,6 @@ class Episode(ABC):
     def scores(self) -> dict[str, float]:
         """Named scores of the episode so far, e.g. {"grade": 0.73}; {} when nothing was scored."""
 
-    def close(self) -> None:  # noqa: B027 - optional: most episodes hold nothing to release
-        """Release what the episode holds (a remote session, a process). Safe to call twice; never raises."""
-
 
 def opening_turn(bundle: Bundle, split: str, index: int) -> Turn:
     """Task `index` of `split`'s opening turn, from an episode closed at once: reading a prompt holds nothing
@@ -78,7 +76,7 @@ def opening_turn(bundle: Bundle, split: str, index: int) -> Turn:
     try:
         return episode.first_turn()
     finally:
-        close = getattr(episode, "close", None)  # a duck-typed episode may not derive from Episode
+        close = getattr(episode, "close", None)  # optional: only episodes that hold something define it
         if callable(close):
             close()
 
