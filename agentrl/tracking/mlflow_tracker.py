@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentrl.tracking.liveness import DeadRun, Heartbeat, mark_dead_runs, process_tags
+from agentrl.tracking.liveness import FOUND_DEAD_TAG, DeadRun, Heartbeat, mark_dead_runs, process_tags
 from agentrl.tracking.run_names import run_name as make_run_name
 from agentrl.tracking.uri import resolve_tracking_uri
 
@@ -206,6 +206,8 @@ class MLflowTracker:
             self.experiment_id = self.client.get_run(resume_run_id).info.experiment_id
             self.client.update_run(resume_run_id, status="RUNNING")
             self.set_tags(process_tags())  # this process now: the old one's pid would read as dead
+            if FOUND_DEAD_TAG in self.client.get_run(resume_run_id).data.tags:  # it lives again
+                self.client.delete_tag(resume_run_id, FOUND_DEAD_TAG)
             for key in self.client.get_run(resume_run_id).data.metrics:
                 steps = [m.step for m in self.client.get_metric_history(resume_run_id, key)]
                 self._logged_upto[key] = max(steps, default=-1)

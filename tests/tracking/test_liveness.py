@@ -144,12 +144,14 @@ def test_a_resumed_run_is_not_closed_and_takes_over_the_process_tags(tmp_path: P
     client = MlflowClient(uri)
     old = client.create_run(client.create_experiment("t"),
                             tags={HOST_TAG: socket.gethostname(), PID_TAG: str(_dead_pid()),
-                                  HEARTBEAT_TAG: str(int(time.time()))}).info.run_id
+                                  HEARTBEAT_TAG: str(int(time.time())), FOUND_DEAD_TAG: "its process is gone"}
+                            ).info.run_id
+    client.set_terminated(old, "KILLED")
     tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
     tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run", resume_run_id=old)
     run = client.get_run(old)
     assert run.info.status == "RUNNING" and tracker.dead_runs == []
-    assert run.data.tags[PID_TAG] == str(os.getpid())
+    assert run.data.tags[PID_TAG] == str(os.getpid()) and FOUND_DEAD_TAG not in run.data.tags
     tracker.finish()
 
 
