@@ -190,8 +190,7 @@ def run(cfg: DictConfig) -> float | None:
     finally:
         tracker.finish(status)
         print(closing_block(status=status, run_dir=run_dir, tracker=tracker, metrics=metrics,
-                            resumable=bool(getattr(plan.trainer_cls, "checkpoint_kind", None)
-                                           or hasattr(plan.trainer_cls, "resume_run_id")),
+                            resumable=getattr(plan.trainer_cls, "checkpoint_kind", None) is not None,
                             wall_s=time.monotonic() - started), flush=True)
         if notes := trainer_notes(trainer):  # the block's last lines: what the trainer saw go wrong
             print(notes, flush=True)
