@@ -12,10 +12,21 @@ A bad body answers 400 `{"error": "<field>: <why>"}` (see `describe`).
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from agentrl.inference.tito import MessageValidationError
 
 MAX_DEPTH = 64  # a tool's JSON schema nests a few levels; a thousand only exhausts recursion downstream
 INT32_MAX = 2**31 - 1  # what SGLang and vLLM take for top_k and token ids
@@ -141,6 +152,45 @@ def request_model(max_tokens: int | None) -> type[ChatCompletionRequest]:
         max_tokens=(int | None, Field(default=None, ge=1, le=bound)),
         max_completion_tokens=(int | None, Field(default=None, ge=1, le=bound)),
     )
+
+
+class InvalidBody(MessageValidationError):
+    """The body is not JSON, or not a valid request (HTTP 400; the message names the field)."""
+
+
+def parse_request(raw: bytes, model: type[ChatCompletionRequest]) -> ChatCompletionRequest:
+    """`raw` parsed and validated as `model`, or InvalidBody. Seconds of work for a body of a million values,
+    so the session server runs it on a worker thread, never on its event loop."""
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise InvalidBody("invalid request: the body nests deeper than the JSON parser allows") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidBody(f"invalid request: the body is not valid JSON ({exc.msg} at character {exc.pos})") from None
+    except ValueError as exc:  # bytes that are no text encoding JSON allows
+        raise InvalidBody(f"invalid request: the body is not valid JSON ({exc})") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidBody(f"invalid request: {describe(exc.errors(include_url=False))}") from None
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON schema with its `$defs` substituted in place (for an OpenAPI request body)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(schema)
 
 
 def check_tree(value: Any, max_depth: int = MAX_DEPTH) -> None:

@@ -23,8 +23,9 @@ waiting on a dead engine gets it at once) or a turn still running when shutdown'
 Limits, so that no request can stall or crash the server: the body's size (`max_body_bytes`);
 `max_tokens` / `max_completion_tokens` at most the model's context (`schema.request_model`); a
 prompt that cannot fit the context is refused before it is tokenized when its length alone shows
-it, else after (`agentrl.inference.prompt_tokens`, which renders and tokenizes on worker threads, so
-`/health` and other sessions answer meanwhile); a tokenizer that fails or panics on a prompt is a 400.
+it, else after (`agentrl.inference.prompt_tokens`); a tokenizer that fails or panics on a prompt is a
+400. Parsing and validating the body, rendering and tokenizing run on worker threads (a lane of their
+own for large requests), so `/health` and the other sessions answer meanwhile.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from agentrl.inference.body_limit import MAX_BODY_BYTES, BodyLimit
 from agentrl.inference.completion import EngineUnavailable
 from agentrl.inference.draining import Drain, ServerShuttingDown
 from agentrl.inference.prompt_tokens import PromptEncoder, model_context
-from agentrl.inference.schema import ChatCompletionRequest, describe, request_model
+from agentrl.inference.schema import describe, inline_schema, parse_request, request_model
 from agentrl.inference.tito import MessageValidationError, TokenizationError
 from agentrl.models.tool_calls import tool_call_parser
 
@@ -233,7 +234,15 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
         text = tito.suffix_text(tokenizer, session.messages, added, tools, kwargs, end_text, session.ended_with_stop)
         return prompts.encode(text, room, "the text the new messages add", added)
 
-    async def chat_completions(session_id: str, chat: ChatCompletionRequest) -> Any:
+    request_cls = request_model(context)  # max_tokens bounded by the model's context
+
+    # The body is read here and parsed on a worker thread: a body of a million JSON values takes seconds to
+    # parse and validate, which must not stall the event loop. Its schema still shows in the OpenAPI document.
+    @app.post("/sessions/{session_id}/v1/chat/completions", openapi_extra={"requestBody": {
+        "required": True, "content": {"application/json": {"schema": inline_schema(request_cls)}}}})
+    async def chat_completions(session_id: str, request: Request) -> Any:
+        raw = await request.body()
+        chat = await prompts.run(len(raw), parse_request, raw, request_cls)
         session = store.get(session_id)
         body = chat.record()
         params = chat.sampling(default_max_tokens)
@@ -241,10 +250,6 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
         tools = body.get("tools") or None
         kwargs = body.get("chat_template_kwargs") or {}
         return await drain.guard(turn(session, body, params, messages, tools, kwargs))
-
-    # the body's type carries the model's context as max_tokens' bound (and shows it in the OpenAPI schema)
-    chat_completions.__annotations__["chat"] = request_model(context)
-    app.post("/sessions/{session_id}/v1/chat/completions")(chat_completions)
 
     async def turn(session: Session, body: dict[str, Any], params: dict[str, Any], messages: list[dict[str, Any]],
                    tools: Any, kwargs: dict[str, Any]) -> dict[str, Any]:

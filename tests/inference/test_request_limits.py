@@ -2,7 +2,7 @@
 
 Against the real server on a socket, the real tiny models and their real (Rust) tokenizers:
 * a 2 MB "abc " message makes the tokenizer panic (a `BaseException`): 400 JSON naming the message;
-* `/health` answers while a 2 MB prompt is being tokenized;
+* `/health` answers while a 2 MB prompt is being tokenized, or a 4 MB body of two million values validated;
 * a body over the limit gets 413 JSON, whether it declares its length or is chunked;
 * `max_tokens` past the model's context is a 400 naming the field;
 * SIGTERM to `python -m agentrl.inference.serve` with generations running answers them 503 JSON.
@@ -92,33 +92,51 @@ def test_a_prompt_too_long_for_the_context_is_refused_before_tokenizing(short_se
     still_serves(server)
 
 
-def _tokenizing() -> bool:
-    """Whether some thread of this process is inside the session server's tokenization right now."""
+def _running(*names: str) -> bool:
+    """Whether some thread of this process is inside one of agentrl's functions `names` right now."""
     for frame in sys._current_frames().values():
         while frame is not None:
             code = frame.f_code
-            if code.co_name in ("encode", "encode_ids") and "agentrl" in code.co_filename:
+            if code.co_name in names and "agentrl" in code.co_filename:
                 return True
             frame = frame.f_back
     return False
+
+
+def health_while(server, busy: tuple[str, ...], send) -> httpx.Response:
+    """Send a big request with `send()` on a thread; once the server is inside `busy`, /health must answer
+    while the server is still inside it (seconds of work). Returns the big request's response."""
+    big: dict[str, httpx.Response] = {}
+    sender = threading.Thread(target=lambda: big.setdefault("r", send()), daemon=True)
+    sender.start()
+    deadline = time.monotonic() + HANG
+    while not _running(*busy):
+        assert sender.is_alive() and time.monotonic() < deadline, f"the server never ran {busy}"
+        time.sleep(0.005)
+    health = httpx.get(f"{server.base_url}/health", timeout=HANG)
+    assert _running(*busy), f"/health waited for the big request's {busy} to end"
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    sender.join(HANG)
+    return big["r"]
 
 
 def test_health_answers_while_a_2mb_prompt_is_tokenized(long_served):
     _, server = long_served
     rng = random.Random(0)
     digits = "".join(rng.choice("0123456789 ") for _ in range(TWO_MB))  # seconds of tokenizing, no panic
-    big: dict[str, httpx.Response] = {}
-    sender = threading.Thread(target=lambda: big.setdefault("r", turn(server, digits)), daemon=True)
-    sender.start()
-    deadline = time.monotonic() + HANG
-    while not _tokenizing():
-        assert sender.is_alive() and time.monotonic() < deadline, "the server never tokenized the prompt"
-        time.sleep(0.005)
-    health = httpx.get(f"{server.base_url}/health", timeout=HANG)
-    assert health.status_code == 200 and health.json()["status"] == "ok"
-    assert "r" not in big, "/health waited for the 2 MB prompt to be tokenized"
-    sender.join(HANG)
-    assert big["r"].status_code == 400 and "tokens; the model's context" in big["r"].json()["error"], big["r"].text
+    r = health_while(server, ("encode", "encode_ids"), lambda: turn(server, digits))
+    assert r.status_code == 400 and "tokens; the model's context" in r.json()["error"], r.text
+
+
+def test_health_answers_while_a_4mb_body_of_two_million_values_is_validated(long_served):
+    _, server = long_served
+    values = "[" + ",".join(["0"] * TWO_MB) + "]"  # seconds of checking that every value is finite
+    raw = '{"messages": [{"role": "user", "content": "hi"}], "x": ' + values + "}"
+    sid = server.create_session()
+    r = health_while(server, ("check_tree",), lambda: httpx.post(
+        f"{server.session_url(sid)}/v1/chat/completions", content=raw, headers={"content-type": "application/json"},
+        timeout=HANG))
+    assert r.status_code == 200, r.text[:300]  # an unknown key of finite numbers is kept, as before
 
 
 def test_a_body_over_the_limit_is_413_json(short_served):
@@ -151,7 +169,8 @@ def test_max_tokens_past_the_context_is_a_400_naming_it(short_served):
     r = turn(server, "hi", max_tokens=1024, temperature=0)  # the context itself is allowed; the engine clamps it
     assert r.status_code == 200, r.text
     openapi = httpx.get(f"{server.base_url}/openapi.json", timeout=HANG).json()
-    assert "'maximum': 1024" in str(openapi["components"]["schemas"]["ChatCompletionRequest"]["properties"]["max_tokens"])
+    body = openapi["paths"]["/sessions/{session_id}/v1/chat/completions"]["post"]["requestBody"]
+    assert "'maximum': 1024" in str(body["content"]["application/json"]["schema"]["properties"]["max_tokens"])
 
 
 # ---------------------------------------------------------------- SIGTERM to the serve CLI
