@@ -1,5 +1,5 @@
 """A GRPO run through the real CLI whose env server (its own process, `env.server.url`) dies mid-run: killed with
--9 or frozen with SIGSTOP, the run stops within `trainer.dependency_grace_s` (plus generous slack for a loaded
+-9 or frozen with SIGSTOP, the run (`trainer=grpo`, and `trainer=trl` killed) stops within `trainer.dependency_grace_s` (plus generous slack for a loaded
 box) with one line naming the env server's URL; with `trainer.on_dependency_loss=wait` it waits for the server to
 come back and finishes, no rollout of any step flagged for the outage.
 
@@ -111,11 +111,12 @@ def stop_line(run: Run) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["killed", "frozen"])
-def test_grpo_run_stops_within_the_grace_window_naming_the_env_server(tmp_path: Path, fault: str) -> None:
+@pytest.mark.parametrize(("trainer", "fault"), [("grpo", "killed"), ("grpo", "frozen"), ("trl", "killed")])
+def test_a_run_stops_within_the_grace_window_naming_the_env_server(tmp_path: Path, trainer: str, fault: str) -> None:
     log, port = tmp_path / "env.log", free_port()
     server = start_env_server(port, log)
-    run = Run([*TINY, "trainer.steps=200", f"env.server.url=http://127.0.0.1:{port}"], tmp_path / "home")
+    run = Run([*TINY, f"trainer={trainer}", "trainer.steps=200", f"env.server.url=http://127.0.0.1:{port}"],
+              tmp_path / "home")
     try:
         wait_for_rollouts(run, log)
         server.send_signal(signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
