@@ -68,6 +68,7 @@ class Dependency:
     troubled: bool = False
     health: str = ""  # what the last /health probe saw ("" when it answered 200)
     unhealthy: bool = False  # the last probe was answered, with an error status: it says it cannot serve
+    went_down: bool = False  # a probe failed since its last success (an outage, not only failing plays)
     last_probe: float = float("-inf")
 
     @property
@@ -75,7 +76,7 @@ class Dependency:
         return f"{self.url.rstrip('/')}/health"
 
     def succeeded(self) -> None:
-        self.streak, self.streak_kind, self.trouble_s, self.troubled = 0, None, 0.0, False
+        self.streak, self.streak_kind, self.trouble_s, self.troubled, self.went_down = 0, None, 0.0, False, False
 
     def failed(self, kind: Failure, error: str) -> None:
         self.streak = self.streak + 1 if kind == self.streak_kind else 1
@@ -155,6 +156,7 @@ class Breaker:
             log.warning("%s at %s: /health %s; %s", dep.name, dep.url, answer, self._unless())
         dep.health = answer
         dep.troubled = dep.troubled or bool(answer)
+        dep.went_down = dep.went_down or bool(answer)
         return not answer
 
     def tick(self) -> None:
@@ -253,7 +255,7 @@ async def _down_now(breaker: Breaker, done: dict[Hashable, list[Rollout]]) -> li
     /health does not answer now (an outage, not the play's own fault): they are replayed, not kept as failures."""
     async with async_client() as client:
         down = [d for d in breaker.dependencies if _failed_against(d, done) and not await breaker.probe(client, d)]
-    return [u for d in down for u in _failed_against(d, done)]
+    return list(dict.fromkeys(u for d in down for u in _failed_against(d, done)))
 
 
 async def play_guarded(breaker: Breaker, units: Sequence[Hashable], play: Play) -> dict[Hashable, list[Rollout]]:
@@ -273,8 +275,9 @@ async def play_guarded(breaker: Breaker, units: Sequence[Hashable], play: Play) 
         if breaker.on_loss == "stop":
             raise breaker.lost(dep)
         async with async_client() as client:
-            if await breaker.probe(client, dep):  # its plays fail but it says it is fine: nothing to wait for
-                raise breaker.lost(dep, "its /health answers, so waiting for it cannot help")
+            back = await breaker.probe(client, dep)
+        if back and not dep.went_down:  # its plays fail but it never stopped answering: waiting cannot help
+            raise breaker.lost(dep, "its /health answers, so waiting for it cannot help")
         for unit in _failed_against(dep, done):
             del done[unit]
         log.warning("%d finished plays kept; %d to replay once the %s is back", len(done), len(units) - len(done),

@@ -224,3 +224,29 @@ async def test_wait_refuses_to_wait_for_a_dependency_whose_health_answers(live: 
     async with asyncio.timeout(SLACK_S):
         with pytest.raises(DependencyLost, match="its /health answers, so waiting for it cannot help"):
             await play_guarded(b, [0, 1], play)
+
+
+async def test_wait_replays_when_the_server_is_back_by_the_time_the_breaker_trips(live: str) -> None:
+    port = free_port()
+    b = breaker(f"http://127.0.0.1:{port}", live, grace_s=3, on_loss="wait")
+    calls = {0: 0}
+    back: list = []
+
+    async def play(unit: int) -> list[Rollout]:
+        calls[unit] += 1
+        if calls[unit] > 1:
+            return clean()
+        while not b.dependencies[0].went_down:  # a probe found it down ...
+            await asyncio.sleep(0.1)
+        # ... then it comes back before the grace window ends, while this play still hangs on it.
+        back.append(await asyncio.to_thread(start_server_in_thread, build_app(EchoBundle()), port=port))
+        await asyncio.sleep(3600)
+        return clean()
+
+    try:
+        async with asyncio.timeout(SLACK_S):
+            done = await play_guarded(b, [0], play)
+    finally:
+        for _, stop in back:
+            stop()
+    assert calls == {0: 2} and done[0][0].failure is None
