@@ -9,7 +9,8 @@ refused: it is 1.4M tokens). 32 sessions play multi-turn conversations (`--max-t
 for `--seconds`, twice in one run: alone, then while one client sends the 2 MB prompt again and again.
 A prober calls `/health` every 50 ms throughout. Prints the normal turns' p50/p99 latency in each
 phase and their ratio (with / without), and `/health` latency in each phase (`--sessions 0`: `/health`
-against the 2 MB body alone).
+against the 2 MB body alone). `--body values` sends a 2 MB body of a million JSON numbers instead (seconds
+of validating, then served).
 """
 
 from __future__ import annotations
@@ -110,12 +111,18 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--body", choices=("digits", "values"), default="digits",
+                        help="digits: one 2 MB message (tokenized, then refused); values: a 2 MB body of a "
+                             "million JSON numbers (validated, then served)")
     args = parser.parse_args()
 
     model = long_context_model()
     rng = random.Random(0)
     digits = "".join(rng.choice("0123456789 ") for _ in range(TWO_MB))  # tokenizes for seconds, no panic
     big = ('{"messages": [{"role": "user", "content": "' + digits + '"}]}').encode()
+    if args.body == "values":
+        big = ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "x": ['
+               + ",".join(["0"] * (TWO_MB // 2)) + "]}").encode()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     home = REPO / "outputs" / "bench_big_request"
@@ -141,7 +148,7 @@ def main() -> None:
         server.wait(60)
 
     print(f"{args.sessions} sessions, {args.max_tokens} tokens a turn, {args.seconds:.0f} s a phase; "
-          f"big body {len(big)} bytes")
+          f"big body ({args.body}) {len(big)} bytes")
     for name, res in (("alone", alone), ("with 2 MB", loaded)):
         t, h = res["turns"] or [float("nan")], res["health"]
         print(f"  {name:10s} turns {len(res['turns']):5d}  p50 {statistics.median(t) * 1000:7.1f} ms"

@@ -236,15 +236,18 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
 
     request_cls = request_model(context)  # max_tokens bounded by the model's context
 
+    def parse(raw: bytes) -> tuple[Any, dict[str, Any]]:
+        chat = parse_request(raw, request_cls)
+        return chat, chat.record()  # the record copies every value of the body: as slow as validating it
+
     # The body is read here and parsed on a worker thread: a body of a million JSON values takes seconds to
     # parse and validate, which must not stall the event loop. Its schema still shows in the OpenAPI document.
     @app.post("/sessions/{session_id}/v1/chat/completions", openapi_extra={"requestBody": {
         "required": True, "content": {"application/json": {"schema": inline_schema(request_cls)}}}})
     async def chat_completions(session_id: str, request: Request) -> Any:
         raw = await request.body()
-        chat = await prompts.run(len(raw), parse_request, raw, request_cls)
+        chat, body = await prompts.run(len(raw), parse, raw)
         session = store.get(session_id)
-        body = chat.record()
         params = chat.sampling(default_max_tokens)
         messages = [tito.normalize_message(m, i) for i, m in enumerate(body["messages"])]
         tools = body.get("tools") or None
