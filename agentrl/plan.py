@@ -133,7 +133,9 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # A backend's own refusals (e.g. a setting TRL lacks) fail here too, before anything starts.
     if callable(check := getattr(trainer_cls, "plan_problem", None)) and (problem := check(cfg)):
         raise PlanError(problem)
-    notes = check_model(cfg)
+    # Miles reads model.path on its own (GPU) machines and checks it there (`MilesTrainer.preflight`): a dry run
+    # on a laptop must still print the command.
+    notes = [] if getattr(trainer_cls, "checks_model_itself", False) else check_model(cfg)
     resolve_target(cfg.inference, "inference")
     from agentrl.devices import DeviceError, check_devices  # torch loads only once a plan is built
 

@@ -93,6 +93,7 @@ class MilesTrainer:
     """Runs one Miles training job for the composed config; `fit()` returns the run's final metrics."""
 
     resumes_itself = True  # trainer.resume=latest becomes Miles' --load of its save folder
+    checks_model_itself = True  # model.path lives on Miles' machines: the plan leaves it to preflight()
 
     def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
