@@ -9,9 +9,7 @@ connect_timeout, and the stop rule counted 200 dropped groups), and the frozen o
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,51 +17,18 @@ import time
 from pathlib import Path
 
 import pytest
+from env_server_runs import REPO, TINY, episodes_opened, free_port, run_env, start_env_server
 
-from agentrl.testing.processes import wait_healthy
-
-REPO = Path(__file__).resolve().parents[2]
 GRACE_S = 20
 SLACK_S = 120  # a loaded 2-core box: starting the probe, cancelling the plays, closing the services and MLflow
-# The tiny shape of test_env_restart: no warm start, no eval between steps, many steps (the run must not end first).
-TINY = ["+recipe=gridsim_grpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=1",
-        "trainer.eval_every=0", "trainer.checkpoint_every=0", "trainer.warm_start.enabled=false",
-        "agent.max_response_tokens=64", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
-        "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024",
-        f"trainer.dependency_grace_s={GRACE_S}"]
-
-
-def _env(home: Path) -> dict[str, str]:
-    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
-            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_env_server(port: int, log: Path) -> subprocess.Popen:
-    """`python -m agentrl.envs.serve` on `port`, its log (uvicorn's INFO lines included) appended to `log`."""
-    with open(log, "a") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "agentrl.envs.serve", "env=gridsim", "env.prompt_style=compact",
-                                 f"port={port}", "log_level=info"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
-    wait_healthy(proc, f"http://127.0.0.1:{port}", timeout=300)
-    return proc
-
-
-def episodes_opened(log: Path) -> int:
-    """WebSocket sessions the env server accepted so far (uvicorn logs one `connection open` each)."""
-    return log.read_text(errors="replace").count("connection open") if log.exists() else 0
+TINY = [*TINY, f"trainer.dependency_grace_s={GRACE_S}"]
 
 
 class Run:
     """`python -m agentrl ...` with its output read line by line as it comes (stdout and stderr together)."""
 
     def __init__(self, args: list[str], home: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=_env(home),
+        self.proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=run_env(home),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)

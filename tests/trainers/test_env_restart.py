@@ -5,51 +5,16 @@ groups dropped and refilled) and finishes every step; gone for good, the run sto
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from env_server_runs import REPO, TINY, episodes_opened, free_port, run_env, start_env_server
 
-from agentrl.testing.processes import wait_healthy
-
-REPO = Path(__file__).resolve().parents[2]
 STEPS = 8
-# The tiny shape of test_grpo_cli's TINY, no warm start and no eval between steps.
-TINY = ["+recipe=gridsim_grpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=1",
-        "trainer.eval_every=0", "trainer.checkpoint_every=0", "trainer.warm_start.enabled=false",
-        "agent.max_response_tokens=64", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
-        "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024"]
-
-
-def _env(home: Path) -> dict[str, str]:
-    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
-            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_env_server(port: int, log: Path) -> subprocess.Popen:
-    """`python -m agentrl.envs.serve` on `port`, its log (uvicorn's INFO lines included) appended to `log`."""
-    with open(log, "a") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "agentrl.envs.serve", "env=gridsim", "env.prompt_style=compact",
-                                 f"port={port}", "log_level=info"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
-    wait_healthy(proc, f"http://127.0.0.1:{port}", timeout=300)
-    return proc
-
-
-def episodes_opened(log: Path) -> int:
-    """WebSocket sessions the env server accepted so far (uvicorn logs one `connection open` each)."""
-    return log.read_text(errors="replace").count("connection open") if log.exists() else 0
 
 
 def _metric(client, run_id: str, key: str) -> dict[int, float]:
@@ -64,7 +29,7 @@ def test_grpo_run_goes_on_through_an_env_server_restart(tmp_path: Path) -> None:
     server = start_env_server(port, log)
     run = subprocess.Popen([sys.executable, "-m", "agentrl", *TINY, f"trainer.steps={STEPS}", "trainer.max_extra_rows=2",
                             f"env.server.url=http://127.0.0.1:{port}", "env.server.connect_timeout=3"],
-                           cwd=REPO, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                           cwd=REPO, env=run_env(home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     try:
         # Step 0's eval opens one episode; kill the server (-9) as step 1's rollouts start.
@@ -116,7 +81,7 @@ def test_grpo_run_stops_when_the_env_server_is_gone_for_good(tmp_path: Path) -> 
     url = f"http://{address}"
     done = subprocess.run([sys.executable, "-m", "agentrl", *TINY, "trainer.steps=5", "trainer.max_extra_rows=2",
                            "trainer.max_drops_in_a_row=2", f"env.server.url={url}", "env.server.connect_timeout=2"],
-                          cwd=REPO, env=_env(tmp_path / "home"), capture_output=True, text=True, timeout=1200)
+                          cwd=REPO, env=run_env(tmp_path / "home"), capture_output=True, text=True, timeout=1200)
     assert done.returncode != 0
     # One line for the user, not a traceback: which failure and where.
     lines = [line for line in done.stderr.splitlines() if line.startswith("agentrl: ")]
