@@ -87,7 +87,7 @@ HOSTILE = ["", "{", "[TOOL_CALLS]", "<|python_tag|>", "<tool_call>", "\x00\ud800
 
 
 @pytest.mark.parametrize("fmt", TOOL_FORMATS)
-@pytest.mark.parametrize("text", HOSTILE)
+@pytest.mark.parametrize("text", HOSTILE, ids=[f"hostile{i}" for i in range(len(HOSTILE))])
 def test_hostile_text_never_raises(fmt, text):
     content, calls, errors = parse_tool_calls(text, fmt)
     assert isinstance(content, str) and isinstance(calls, list) and isinstance(errors, list)
