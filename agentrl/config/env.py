@@ -73,6 +73,9 @@ class OpenEnvEnvConfig(EnvConfig):
     connect_timeout: float = 10.0  # seconds the plan-time probe of env.url may take
     step_timeout: float = 60.0  # seconds one remote reset or step may take
     room_timeout: float = 120.0  # seconds an episode waits while the remote server is at capacity
+    # A scripted policy (package.module:function, conversation so far -> next tool call) whose real plays of the
+    # remote env are the warm start's demonstrations; its function name is the teacher (trainer.warm_start.teacher).
+    teacher: str | None = None
 
 
 @dataclass

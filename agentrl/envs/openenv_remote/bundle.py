@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.envs.openenv_remote.remote import RemoteEnvError, RemoteSession, auth_headers, base_url, probe
+from agentrl.envs.openenv_remote.teacher import load_policy, play_demonstration
 from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
 
 DEFAULT_SYSTEM = "You act in an environment through its tools. Call them until the task is done."
@@ -166,7 +167,7 @@ class OpenEnvBundle(Bundle):
                  eval_size: int = 32, seed: int = 0, seed_key: str = "seed", prompt: str = "",
                  system_prompt: str = DEFAULT_SYSTEM, reward_mode: str = "last", connect_timeout: float = 10.0,
                  step_timeout: float = 60.0, room_timeout: float = 120.0, train_split: str = "train",
-                 eval_split: str = "eval") -> None:
+                 eval_split: str = "eval", teacher: str | None = None) -> None:
         if not url:
             raise ValueError("env.url is not set: give the OpenEnv server's base URL, e.g. "
                              "env.url=http://127.0.0.1:8000")
@@ -182,8 +183,13 @@ class OpenEnvBundle(Bundle):
                         "eval_size": eval_size, "seed": seed, "seed_key": seed_key, "prompt": prompt,
                         "system_prompt": system_prompt, "reward_mode": reward_mode,
                         "connect_timeout": connect_timeout, "step_timeout": step_timeout,
-                        "room_timeout": room_timeout}
+                        "room_timeout": room_timeout, "teacher": teacher}
         self.headers = auth_headers(token_var)
+        # A scripted policy named by env.teacher plays the demonstrations: the bundle's one teacher, by its name.
+        self._policy = None
+        if teacher:
+            name, self._policy = load_policy(teacher)
+            self.teachers = (name,)
         self.action_tool, self.prompt, self.system_prompt = action_tool, prompt, system_prompt
         self.reward_mode, self.step_timeout, self.room_timeout = reward_mode, float(step_timeout), float(room_timeout)
         self.train_split, self.eval_split = train_split, eval_split
@@ -270,3 +276,12 @@ class OpenEnvBundle(Bundle):
 
     def data_options(self) -> dict[str, Any]:
         return dict(self.options)
+
+    def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
+        """Task `index` of `split` played on the remote server by the `env.teacher` policy (a real play: its
+        reset, its tool calls and the env's answers), as the tool-calling agent's chat."""
+        if self._policy is None or teacher not in self.teachers:
+            raise ValueError(f"teacher {teacher!r}: env=openenv offers {', '.join(self.teachers) or 'no teachers'} "
+                             "(name a scripted policy with env.teacher=package.module:function)")
+        messages, _ = play_demonstration(self.episode(split, index), self._policy, f"{split}/{index}")
+        return messages

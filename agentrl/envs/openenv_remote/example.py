@@ -4,12 +4,14 @@
 
 Served by openenv-core's own app (`create_app`, the `[dev]` extra installs openenv-core): an `MCPEnvironment`
 with one FastMCP tool, `guess`. Each reset (`seed`) hides a number 1..8; the reward is 1 when it is found
-within six guesses, else 0.
+within six guesses, else 0. `bisect` is its teacher (`env.teacher=agentrl.envs.openenv_remote.example:bisect`):
+it halves the range the answers so far leave, so it finds any number in at most four guesses.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from fastmcp import FastMCP
@@ -17,6 +19,28 @@ from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.mcp_environment import MCPEnvironment
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 from openenv.core.env_server.types import Action, Observation, State
+
+LOW, HIGH = 1, 8
+
+
+def bisect(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The next `guess` of a bisection over what the conversation's guesses and answers leave (a scripted
+    teacher: the conversation so far -> the next tool call)."""
+    low, high = LOW, HIGH
+    calls = [c for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+    guesses = {c["id"]: _arguments(c).get("number") for c in calls}
+    for m in messages:
+        number = guesses.get(m.get("tool_call_id")) if m.get("role") == "tool" else None
+        if number is not None and m["content"] == "higher":
+            low = max(low, number + 1)
+        elif number is not None and m["content"] == "lower":
+            high = min(high, number - 1)
+    return {"name": "guess", "arguments": {"number": (low + high) // 2}}
+
+
+def _arguments(call: dict[str, Any]) -> dict[str, Any]:
+    raw = call["function"].get("arguments") or {}
+    return json.loads(raw) if isinstance(raw, str) else raw
 
 
 class Prompt(Observation):
