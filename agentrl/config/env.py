@@ -56,6 +56,9 @@ class OpenEnvEnvConfig(EnvConfig):
 
     bundle: str = "openenv"
     url: str | None = None  # the remote server's base URL (http://host:port); required, checked at plan time
+    # When url is null: an app to serve here instead (package.module:function returning an ASGI app, e.g.
+    # agentrl.envs.openenv_remote.example:app), on a free local port for the run's lifetime.
+    serve: str | None = None
     # The *name* of the environment variable holding the remote server's bearer token.
     token_var: str | None = None
     # null: discover the MCP tools; a list of names keeps those; a list of tool schemas is used as given.

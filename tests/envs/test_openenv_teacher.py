@@ -85,6 +85,22 @@ def test_a_teacher_is_named_and_checked(tmp_path: Path) -> None:
             wrong.demonstration("train", 0, "GuessEnv")
 
 
+def test_a_served_example_is_played_and_keys_its_data_by_the_app() -> None:
+    spec = "agentrl.envs.openenv_remote.example:app"
+    one = load_bundle("openenv", serve=spec, train_size=2, eval_size=1, teacher=TEACHER)
+    two = load_bundle("openenv", serve=spec, train_size=2, eval_size=1, teacher=TEACHER)
+    assert one.url != two.url  # two servers, each on a free port
+    transcript = one.demonstration("eval", 0, "bisect")  # eval seed 2: the number 3, found by 4, 2, 3
+    assert [m["content"] for m in transcript if m["role"] == "tool"] == ["lower", "higher"]
+    # The warm start's cache key holds the app, not the port it happened to get: a second run reuses it.
+    assert one.data_options() == two.data_options() and one.data_options()["url"] == f"serve:{spec}"
+    assert one.spec()["url"] == one.url  # rebuilt elsewhere, the bundle plays this server
+    with pytest.raises(ValueError, match="env.serve="):
+        load_bundle("openenv", serve="agentrl.envs.openenv_remote.example:nothing", train_size=2, eval_size=1)
+    with pytest.raises(ValueError, match="env.url is not set"):
+        load_bundle("openenv", train_size=2, eval_size=1)
+
+
 def test_the_demonstrations_encode_for_sft(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
@@ -108,10 +124,8 @@ def test_the_recipes_warm_start_learns_the_remote_env(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    app = create_app(GuessEnv, CallToolAction, CallToolObservation, max_concurrent_envs=64)
-    with serve_in_background(app) as url:
-        done = run_cli(["+recipe=openenv_guess", f"env.url={url}", "trainer.steps=1", "trainer.eval_limit=16"],
-                       cwd=REPO, env=env)
+    # The recipe as shipped: it serves the example (openenv-core's app) itself, on a free port (env.serve).
+    done = run_cli(["+recipe=openenv_guess", "trainer.steps=1", "trainer.eval_limit=16"], cwd=REPO, env=env)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert "warm start: SFT on bisect demonstrations" in out

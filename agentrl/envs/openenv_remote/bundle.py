@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.envs.openenv_remote.remote import RemoteEnvError, RemoteSession, auth_headers, base_url, probe
-from agentrl.envs.openenv_remote.teacher import load_policy, play_demonstration
+from agentrl.envs.openenv_remote.teacher import load_callable, load_policy, play_demonstration
 from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
 
 DEFAULT_SYSTEM = "You act in an environment through its tools. Call them until the task is done."
@@ -80,6 +80,15 @@ def read_tasks(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     if not by_split:
         raise ValueError(f"env.tasks={path} has no tasks")
     return by_split
+
+
+def serve_locally(spec: str) -> tuple[str, Any]:
+    """(base URL, stop) of the app `env.serve` names (`package.module:function` returning an ASGI app, e.g. the
+    example's `app`), served on a free local port in a daemon thread for as long as this process runs."""
+    from agentrl.serving import start_server_in_thread
+
+    _, make_app = load_callable(spec, "env.serve")
+    return start_server_in_thread(make_app(), "127.0.0.1", 0)
 
 
 class OpenEnvEpisode(Episode):
@@ -167,10 +176,13 @@ class OpenEnvBundle(Bundle):
                  eval_size: int = 32, seed: int = 0, seed_key: str = "seed", prompt: str = "",
                  system_prompt: str = DEFAULT_SYSTEM, reward_mode: str = "last", connect_timeout: float = 10.0,
                  step_timeout: float = 60.0, room_timeout: float = 120.0, train_split: str = "train",
-                 eval_split: str = "eval", teacher: str | None = None) -> None:
+                 eval_split: str = "eval", teacher: str | None = None, serve: str | None = None) -> None:
+        served = None
+        if not url and serve:
+            url, served = serve_locally(serve)
         if not url:
             raise ValueError("env.url is not set: give the OpenEnv server's base URL, e.g. "
-                             "env.url=http://127.0.0.1:8000")
+                             "env.url=http://127.0.0.1:8000 (or env.serve=package.module:app to start one here)")
         if mode not in ("auto", "tools", "actions"):
             raise ValueError(f"env.mode must be auto, tools or actions, not {mode!r}")
         if action_tool in RESERVED:
@@ -184,6 +196,8 @@ class OpenEnvBundle(Bundle):
                         "system_prompt": system_prompt, "reward_mode": reward_mode,
                         "connect_timeout": connect_timeout, "step_timeout": step_timeout,
                         "room_timeout": room_timeout, "teacher": teacher}
+        # A server started here has a new port each time: the data (and the warm start's cache key) is the app's.
+        self._data_url = f"serve:{serve}" if served else self.url
         self.headers = auth_headers(token_var)
         # A scripted policy named by env.teacher plays the demonstrations: the bundle's one teacher, by its name.
         self._policy = None
@@ -275,7 +289,7 @@ class OpenEnvBundle(Bundle):
                 **self.options}
 
     def data_options(self) -> dict[str, Any]:
-        return dict(self.options)
+        return {**self.options, "url": self._data_url}
 
     def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
         """Task `index` of `split` played on the remote server by the `env.teacher` policy (a real play: its

@@ -86,6 +86,11 @@ class GuessEnv(MCPEnvironment):
         return State(step_count=self.steps)
 
 
+def app() -> Any:
+    """The example's ASGI app: openenv-core's own server of `GuessEnv` (64 sessions at once); `env.serve` takes it."""
+    return create_app(GuessEnv, CallToolAction, CallToolObservation, max_concurrent_envs=64)
+
+
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
@@ -93,8 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8010)
     args = parser.parse_args(argv)
-    app = create_app(GuessEnv, CallToolAction, CallToolObservation, max_concurrent_envs=64)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(app(), host=args.host, port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

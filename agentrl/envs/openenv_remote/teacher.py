@@ -19,19 +19,24 @@ Policy = Callable[[list[dict[str, Any]]], "dict[str, Any] | None"]
 MAX_CALLS = 64  # a policy that never ends its turn stops here (the remote env usually ends the episode first)
 
 
-def load_policy(spec: str) -> tuple[str, Policy]:
-    """(teacher name, policy) of `env.teacher`: `package.module:callable`; the name is the callable's."""
+def load_callable(spec: str, key: str) -> tuple[str, Callable[..., Any]]:
+    """(its name, the callable) that `spec`, `package.module:function`, names; ValueError naming `key` if none."""
     module_name, sep, attr = str(spec).partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"env.teacher={spec!r} must name a callable as package.module:function")
+        raise ValueError(f"{key}={spec!r} must name a callable as package.module:function")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"env.teacher={spec!r}: cannot import {module_name} ({exc})") from exc
-    policy = getattr(module, attr, None)
-    if not callable(policy):
-        raise ValueError(f"env.teacher={spec!r}: {module_name} has no callable {attr!r}")
-    return attr.rsplit(".", 1)[-1], policy
+        raise ValueError(f"{key}={spec!r}: cannot import {module_name} ({exc})") from exc
+    found = getattr(module, attr, None)
+    if not callable(found):
+        raise ValueError(f"{key}={spec!r}: {module_name} has no callable {attr!r}")
+    return attr, found
+
+
+def load_policy(spec: str) -> tuple[str, Policy]:
+    """(teacher name, policy) of `env.teacher`: `package.module:callable`; the name is the callable's."""
+    return load_callable(spec, "env.teacher")
 
 
 def play_demonstration(episode: Episode, policy: Policy, label: str) -> tuple[list[dict[str, Any]], float]:
