@@ -13,6 +13,8 @@ The reward is what the env returns (its last reward, or the sum of all with `rew
 turn before the env says done ends the episode with the reward so far. Tasks come from `env.tasks` (a JSONL
 file of `{"split", "prompt", "system_prompt", "reset": {...}, "task_id"}` rows) or from seeds: `train_size`
 and `eval_size` resets with `{seed_key: seed + i}`, the eval seeds after the train seeds (no overlap).
+`env.teacher` names a scripted policy whose real plays of the server are the warm start's demonstrations
+(`teacher.py`); `env.serve` names an app to serve here when `env.url` is null (the example's, in its recipe).
 """
 
 from __future__ import annotations
