@@ -67,6 +67,9 @@ class Plan:
     trainer_cls: type
     notes: list[str] = field(default_factory=list)
     resume: Any = None  # trainers.resume.ResumeTarget: the checkpoint trainer.resume names, checked (None: fresh)
+    # The typed config (`RunConfig`, each group its option's schema dataclass): what code below the plan reads,
+    # instead of the raw DictConfig and its casts.
+    settings: Any = None
 
     def describe(self, tracking_uri: str | None = None) -> str:
         """A human-readable plan of the run."""
@@ -124,10 +127,10 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # Trainers are constructed by run.py with the whole plan, so only their class is resolved here; the model
     # and the engine are made by the trainer, but a key their factories do not take fails now.
     trainer_cls = import_target(cfg.trainer, "trainer")
-    # The trainer schema's own checks (__post_init__: e.g. trainer.loss and its companions, or a choice Miles
+    # The schemas' own checks (__post_init__: e.g. trainer.loss and its companions, or a choice Miles
     # cannot apply) run on the composed values here: Hydra's overrides never construct the dataclass.
     try:
-        OmegaConf.to_object(cfg.trainer)
+        settings = typed_settings(cfg)
     except ValueError as exc:
         raise PlanError(str(exc)) from exc
     # A backend's own refusals (e.g. a setting TRL lacks) fail here too, before anything starts.
@@ -154,7 +157,13 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
 
     if problem := teacher_problem(cfg, bundle):
         raise PlanError(problem)
-    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, notes=notes, resume=plan_resume(cfg, choices, trainer_cls))
+    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, notes=notes,
+                resume=plan_resume(cfg, choices, trainer_cls), settings=settings)
+
+
+def typed_settings(cfg: DictConfig) -> Any:
+    """The whole config as its schema dataclasses (`RunConfig`), interpolations resolved."""
+    return OmegaConf.to_object(cfg)
 
 
 def plan_resume(cfg: DictConfig, choices: dict[str, str | None], trainer_cls: type) -> Any:
