@@ -32,8 +32,8 @@ from agentrl.agents.demos import (
     teacher_answer,
     with_answer,
 )
+from agentrl.agents.episode import play_episode, played_answer
 from agentrl.agents.record import Failure, Play, Rollout
-from agentrl.agents.tool_calling import play_episode, played_answer
 from agentrl.answers import extract_answer
 from agentrl.config.agent import CoEvolutionAgentConfig
 from agentrl.http import async_client

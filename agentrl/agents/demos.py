@@ -47,7 +47,7 @@ def _last_reply(turns: list[Message]) -> Message:
 
 
 def teacher_answer(turns: list[Message]) -> str | None:
-    """The teacher's final answer as an agent hands it to the task's tool (`tool_calling.task_tool_call`): the
+    """The teacher's final answer as an agent hands it to the task's tool (`episode.task_tool_call`): the
     one argument of its tool call as JSON text (a schedule list), else the final answer marked in its reply."""
     reply = _last_reply(turns)
     calls = reply.get("tool_calls") or []

@@ -17,8 +17,8 @@ from typing import Any
 
 from agentrl.agents.base import SessionPool, agent_config, parse_roles, with_role
 from agentrl.agents.chat import role_turn, vary_seed
+from agentrl.agents.episode import episode_client
 from agentrl.agents.record import Failure, Play, Rollout
-from agentrl.agents.tool_calling import episode_client
 from agentrl.config.agent import SelfPlayAgentConfig
 from agentrl.envs.client import (
     EnvClientError,

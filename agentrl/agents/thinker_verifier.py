@@ -18,8 +18,8 @@ from typing import Any
 from agentrl.agents.base import SessionPool, agent_config, parse_roles, task_prompts, with_role
 from agentrl.agents.chat import role_turn
 from agentrl.agents.demos import Demonstration, assistant, corrupt, split_transcript, teacher_answer
+from agentrl.agents.episode import submit
 from agentrl.agents.record import Play, Rollout
-from agentrl.agents.tool_calling import submit
 from agentrl.answers import extract_answer
 from agentrl.config.agent import ThinkerVerifierAgentConfig
 from agentrl.http import async_client
