@@ -1,4 +1,4 @@
-"""The fault soak (`benchmarks/soak.py`) at a few dozen episodes: real env servers (killed with -9 and restarted
+"""The fault soak (`benchmarks/studies/soak.py`) at a few dozen episodes: real env servers (killed with -9 and restarted
 on the same port), real Docker containers killed under live episodes, the real agent; no episode hangs, no
 unaffected episode is lost, no container is left behind. Sizes only: nothing here checks a duration."""
 
@@ -23,7 +23,7 @@ def soak(tmp_path: Path, *args: str) -> list[dict]:
     out = tmp_path / "soak.json"
     env = {**os.environ, "AGENTRL_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, "benchmarks/soak.py", "--logs", str(tmp_path / "logs"), "--json", str(out),
+    done = subprocess.run([sys.executable, "benchmarks/studies/soak.py", "--logs", str(tmp_path / "logs"), "--json", str(out),
                            *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert out.exists(), done.stdout[-3000:] + done.stderr[-5000:]
     reports = json.loads(out.read_text())

@@ -1,4 +1,4 @@
-"""The fault soak's "dockerd frozen" phase (`benchmarks/soak_dockerd.py`) at CI size: the real Docker engine behind
+"""The fault soak's "dockerd frozen" phase (`benchmarks/studies/soak_dockerd.py`) at CI size: the real Docker engine behind
 a relay that freezes; every reset started while it is frozen fails naming the daemon, the server deploys again
 once it thaws, and nothing is left behind. Outcomes only: the phase's durations are its figures, not checked here
 beyond "the reset did not wait for reset_timeout"."""
@@ -32,7 +32,7 @@ def test_dockerd_frozen_phase(tmp_path: Path) -> None:
         pytest.skip("no Docker daemon answers (bash .ci/setup_docker.sh)")
     out = tmp_path / "frozen.json"
     env = {**os.environ, "AGENTRL_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "benchmarks/soak_dockerd.py", "--resets", "3", "--docker-timeout", "5",
+    done = subprocess.run([sys.executable, "benchmarks/studies/soak_dockerd.py", "--resets", "3", "--docker-timeout", "5",
                            "--logs", str(tmp_path / "logs"), "--json", str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert out.exists(), done.stdout[-3000:] + done.stderr[-5000:]

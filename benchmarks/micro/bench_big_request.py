@@ -1,7 +1,7 @@
 """The session server under a 2 MB request while 32 normal sessions run (issue 26).
 
-    python benchmarks/bench_big_request.py                  # tiny model with a 262,144-token context, CPU
-    PYTHONPATH=/path/to/old/checkout python benchmarks/bench_big_request.py   # the same against other code
+    python benchmarks/micro/bench_big_request.py                  # tiny model with a 262,144-token context, CPU
+    PYTHONPATH=/path/to/old/checkout python benchmarks/micro/bench_big_request.py   # the same against other code
 
 `python -m agentrl.inference.serve` runs in its own process over the tiny model made with a 262,144-token
 context, so a 2 MB prompt passes the length precheck and is really tokenized (seconds of work, then
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 CONTEXT = 1 << 18

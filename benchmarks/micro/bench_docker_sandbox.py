@@ -1,6 +1,6 @@
 """Docker sandbox speed: episode deploy time (cold, and from a warm pool) and 128 concurrent GridSim episodes.
 
-    python benchmarks/bench_docker_sandbox.py [--deploys 20] [--concurrent 128] [--warm-pool 4]
+    python benchmarks/micro/bench_docker_sandbox.py [--deploys 20] [--concurrent 128] [--warm-pool 4]
 
 Needs a Docker daemon and the sandbox image (`bash .ci/setup_docker.sh`). Deploy time is `await deploy()` until
 the handle is returned: container create + start + Python start + bundle load + episode creation when cold, one

@@ -1,6 +1,6 @@
 """Env server throughput and step latency: ours vs openenv-core 0.3.0's own server, same echo env.
 
-    python benchmarks/bench_env_server.py [--seconds 3] [--sessions 1,8,64]
+    python benchmarks/micro/bench_env_server.py [--seconds 3] [--sessions 1,8,64]
 
 Each server runs in its own process on loopback uvicorn; one client process drives N concurrent
 WebSocket sessions with identical raw frames. An episode is reset, 8 `echo` tool calls, `end_turn`.
@@ -25,7 +25,7 @@ from websockets.asyncio.client import connect
 
 from agentrl.testing.processes import wait_healthy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STEPS = 8
 
 # Both echo servers run on uvicorn's legacy `websockets` protocol: openenv-core's server stalls on

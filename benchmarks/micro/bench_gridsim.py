@@ -1,6 +1,6 @@
 """GridSim speed: exact optimum for every stored day, and per-episode start + grade cost.
 
-Run: python benchmarks/bench_gridsim.py
+Run: python benchmarks/micro/bench_gridsim.py
 Targets: the 2,200-day optimum under 1 s on one core; episode start+grade in microseconds.
 """
 

@@ -1,7 +1,7 @@
 """Embedded engine behind the HTTP session server vs plain batched `model.generate`, one process.
 
-    python benchmarks/bench_inference.py                       # tiny model, CPU
-    python benchmarks/bench_inference.py --device cuda         # one GPU (bfloat16)
+    python benchmarks/micro/bench_inference.py                       # tiny model, CPU
+    python benchmarks/micro/bench_inference.py --device cuda         # one GPU (bfloat16)
 
 For 1, 8 and 32 concurrent sessions: each session sends one chat completion of exactly
 --max-tokens tokens (ignore_eos) through the session server over a real socket; the baseline is
@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from agentrl.inference.engine import EmbeddedEngine  # noqa: E402

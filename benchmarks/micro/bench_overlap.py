@@ -1,6 +1,6 @@
 """`trainer.off_policy_steps`: the flagship's GRPO step played then trained (0) vs overlapped (1).
 
-    python benchmarks/bench_overlap.py --warm-start PATH --rounds 2 --steps 30
+    python benchmarks/micro/bench_overlap.py --warm-start PATH --rounds 2 --steps 30
 
 Runs `python -m agentrl +recipe=gridsim_grpo` as a user would from one SFT folder, alternating the two settings
 so that both see the same machine load, and reads each run's step times from its own MLflow store (steps 2..:

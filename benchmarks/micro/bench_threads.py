@@ -1,8 +1,8 @@
 """`trainer.threads`: the flagship recipe's GRPO step and its SFT step with torch's default threads vs one.
 
-    python benchmarks/bench_threads.py --warm-start PATH     # an SFT folder to start GRPO from (else made: ~5 min)
-    python benchmarks/bench_threads.py --rounds 2 --grpo-steps 25 --sft-steps 200
-    python benchmarks/bench_threads.py --contended --warm-start PATH   # slowdown beside one busy process
+    python benchmarks/micro/bench_threads.py --warm-start PATH     # an SFT folder to start GRPO from (else made: ~5 min)
+    python benchmarks/micro/bench_threads.py --rounds 2 --grpo-steps 25 --sft-steps 200
+    python benchmarks/micro/bench_threads.py --contended --warm-start PATH   # slowdown beside one busy process
 
 Runs `python -m agentrl` as a user would, alternating the two settings (`trainer.threads=0`, torch's default,
 and `trainer.threads=1`) so that both see the same machine load, and reads each run's step times back from its
@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def agentrl(home: Path, args: list[str], extra_env: dict[str, str] | None = None) -> str:

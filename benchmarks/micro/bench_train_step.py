@@ -1,7 +1,7 @@
 """One training step's forward + backward: the plain pass vs `agentrl.trainers.forward`, in one process.
 
-    python benchmarks/bench_train_step.py                  # tiny model, CPU, one thread
-    python benchmarks/bench_train_step.py --style full     # GridSim's full prompt instead of the compact one
+    python benchmarks/micro/bench_train_step.py                  # tiny model, CPU, one thread
+    python benchmarks/micro/bench_train_step.py --style full     # GridSim's full prompt instead of the compact one
 
 Batches of GridSim's optimal demonstrations (the SFT step's data; a GRPO micro-batch has the same shape) are
 run through three versions of the same loss: logits at every position (the plain pass), logits only from
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from agentrl.envs.bundles import load_bundle  # noqa: E402

@@ -1,10 +1,10 @@
 """Issue 16's learning proofs, one command each (results in benchmarks/RESULTS.md, "Algorithms").
 
-    python benchmarks/algorithms.py start   --home H                     # the greedy rule's imitation (SFT), once
-    python benchmarks/algorithms.py beat    --home H --seeds 0 1 2       # (1) RL beats its teacher, paired per day
-    python benchmarks/algorithms.py compare --home H --seeds 0 1 2 --losses grpo,dr_grpo,dapo,gspo   # (2) multirun
-    python benchmarks/algorithms.py flagship --home H                    # (3) the README command, timed
-    python benchmarks/algorithms.py temps --home H --temps 1.1 0.8 0.6   # (3) a model's eval by temperature
+    python benchmarks/studies/algorithms.py start   --home H                     # the greedy rule's imitation (SFT), once
+    python benchmarks/studies/algorithms.py beat    --home H --seeds 0 1 2       # (1) RL beats its teacher, paired per day
+    python benchmarks/studies/algorithms.py compare --home H --seeds 0 1 2 --losses grpo,dr_grpo,dapo,gspo   # (2) multirun
+    python benchmarks/studies/algorithms.py flagship --home H                    # (3) the README command, timed
+    python benchmarks/studies/algorithms.py temps --home H --temps 1.1 0.8 0.6   # (3) a model's eval by temperature
 
 Every GRPO run is the real CLI (`python -m agentrl +recipe=gridsim_beat_teacher ...`) in a subprocess, from the
 same start folder (`trainer.warm_start.checkpoint`), logging to one MLflow store under H (`H/mlflow.db`). Extra

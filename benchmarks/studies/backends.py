@@ -8,7 +8,7 @@ trainer plays the next step while one trains, `trainer.off_policy_steps=1`), tra
 train: the weight push, the group filter, logging),
 and the peak resident memory of the process tree while that job ran (sampled every 0.5 s with psutil).
 
-    python benchmarks/backends.py --steps 20 --eval-every 10 --eval-limit 200 --seeds 0,1,2 \\
+    python benchmarks/studies/backends.py --steps 20 --eval-every 10 --eval-limit 200 --seeds 0,1,2 \\
         --warm-start PATH --results benchmarks/RESULTS.md
 
 The box's load average is sampled too and printed with the table: on a shared machine it moves every number.
@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class TreeSampler:
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     for r in records:
         r["fresh_peak_mib"] = fresh.get(r["backend"], float("nan"))
     report = "\n".join([
-        f"`{shlex.join(command[1:])}` (`benchmarks/backends.py`), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}:"
+        f"`{shlex.join(command[1:])}` (`benchmarks/studies/backends.py`), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}:"
         f" {len(records)} child runs under MLflow parent {records[0]['parent'] if records else '?'}, "
         f"{(time.monotonic() - started) / 60:.1f} min wall.",
         f"Load: {os.cpu_count()} CPUs, 1-min load average {load_before:.1f} at the start, {sampler.load():.1f} "

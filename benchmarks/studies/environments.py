@@ -1,8 +1,8 @@
 """Issue 19's learning results for the reasoning-gym and TextArena routes, one command each (results in
 benchmarks/RESULTS.md, "Environments (issue 19)", and docs/environments.md, "Measured").
 
-    python benchmarks/environments.py reasoning_gym --home H --seeds 0 1 2   # GRPO gain over the warm start
-    python benchmarks/environments.py textarena --home H --seeds 0           # self-play vs a scripted random player
+    python benchmarks/studies/environments.py reasoning_gym --home H --seeds 0 1 2   # GRPO gain over the warm start
+    python benchmarks/studies/environments.py textarena --home H --seeds 0           # self-play vs a scripted random player
 
 Each seed is the real CLI (`python -m agentrl +recipe=<recipe> seed=S`) in a subprocess, which makes its SFT warm
 start and trains; then this script evaluates the warm start and the final model with the trainer's own evaluator

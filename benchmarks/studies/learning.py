@@ -2,8 +2,8 @@
 rule's demonstrations, then GRPO with the grader's reward: eval must rise above the SFT start by more than
 twice the standard error of the paired per-day difference.
 
-    python benchmarks/learning.py                       # the full measurement (CPU, one thread)
-    python benchmarks/learning.py --sft-steps 50 --grpo-steps 2 --eval-limit 20   # a quick look
+    python benchmarks/studies/learning.py                       # the full measurement (CPU, one thread)
+    python benchmarks/studies/learning.py --sft-steps 50 --grpo-steps 2 --eval-limit 20   # a quick look
 
 Prints one table per part and the GRPO step's time split (generate, env, train, weight push, other).
 """

@@ -1,7 +1,7 @@
 """Does the documented OpenEnv example learn? (issue 27; results in benchmarks/RESULTS.md, "The OpenEnv example
 learns").
 
-    python benchmarks/openenv_guess.py --home H --seeds 0 1 2
+    python benchmarks/studies/openenv_guess.py --home H --seeds 0 1 2
 
 For each seed, runs the real CLI (`python -m agentrl +recipe=openenv_guess seed=S`) in a subprocess: the recipe
 serves the example (`agentrl.envs.openenv_remote.example`: openenv-core's own app, a real server; `env.serve`),

@@ -1,10 +1,10 @@
 """Does each agent pattern learn, and does co-evolution pay? One command per measurement (issue 17).
 
-    python benchmarks/patterns.py pattern --recipe arith_co_evolution --steps 20       # a pattern's run
-    python benchmarks/patterns.py pattern --agent thinker_verifier --steps 20 env=arith reward=env_score \\
+    python benchmarks/studies/patterns.py pattern --recipe arith_co_evolution --steps 20       # a pattern's run
+    python benchmarks/studies/patterns.py pattern --agent thinker_verifier --steps 20 env=arith reward=env_score \\
         agent.accept=agreement agent.max_turns=2 $ARITH_WARM_START   # arith_co_evolution's warm start
-    python benchmarks/patterns.py compare --recipe gridsim_co_evolution --steps 20     # vs a single agent
-    python benchmarks/patterns.py roles --recipe arith_co_evolution --steps 5          # models per role
+    python benchmarks/studies/patterns.py compare --recipe gridsim_co_evolution --steps 20     # vs a single agent
+    python benchmarks/studies/patterns.py roles --recipe arith_co_evolution --steps 5          # models per role
 
 `pattern`: train with GRPO from the recipe's warm start; eval the start and the result on the same tasks and
 seeds (paired per-task difference +- se); the multi-agent metrics of the last step and the health line.

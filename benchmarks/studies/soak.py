@@ -1,8 +1,8 @@
 """Fault soak: GridSim episodes through the real agent, session server and env server while faults are injected.
 
-    python benchmarks/soak.py                                   # the issue's size: 1,000 episodes x 64, both sandboxes
-    python benchmarks/soak.py --episodes 48 --concurrency 8     # a CI-sized run
-    python benchmarks/soak.py --sandboxes local --model scripted  # no model: a scripted chat server stands in
+    python benchmarks/studies/soak.py                                   # the issue's size: 1,000 episodes x 64, both sandboxes
+    python benchmarks/studies/soak.py --episodes 48 --concurrency 8     # a CI-sized run
+    python benchmarks/studies/soak.py --sandboxes local --model scripted  # no model: a scripted chat server stands in
 
 Each pass (one per sandbox) plays `--episodes` GridSim train days, `--concurrency` at a time, with
 `agentrl.agents.tool_calling.play_episode` against a session server (`python -m agentrl.inference.serve`, a
@@ -20,7 +20,7 @@ lifetime. Reported per pass: episodes that scored, flagged episodes by reason, h
 `--hang-s`: must be 0), successful episodes lost (an unaffected episode flagged by the infrastructure or hung: must be
 0), containers left behind once the servers stopped (must be 0), and the time to recover after the restart.
 The faulty bundle below (`faulty_gridsim`) is what the env server serves in the local pass
-(`env._target_=benchmarks.soak.faulty_gridsim`, its schedule in $AGENTRL_SOAK_FAULTS).
+(`env._target_=benchmarks.studies.soak.faulty_gridsim`, its schedule in $AGENTRL_SOAK_FAULTS).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any
 from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
 from agentrl.testing.processes import wait_healthy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAULTS_VAR = "AGENTRL_SOAK_FAULTS"
 
 # What each scheduled fault must be flagged as.
@@ -180,7 +180,7 @@ def env_server(sandbox: str, port: int, args: argparse.Namespace, log: Path, fau
             f"max_concurrent_envs={args.concurrency + 8}", "log_level=warning"]
     env = {"OMP_NUM_THREADS": "1"}
     if faults is not None:
-        argv.append("env._target_=benchmarks.soak.faulty_gridsim")
+        argv.append("env._target_=benchmarks.studies.soak.faulty_gridsim")
         env[FAULTS_VAR] = json.dumps(faults)
     return Server(argv, port, log, env)
 
@@ -499,13 +499,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--logs", default=None, help="folder for the servers' logs (default: a temporary one)")
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
-    # Dependency fault phases (benchmarks/soak_dependency.py): a training run whose env server or engine dies.
+    # Dependency fault phases (benchmarks/studies/soak_dependency.py): a training run whose env server or engine dies.
     ap.add_argument("--phases", default="", help="dependency fault phases to run after the passes, comma-separated "
                     "(grpo-env-killed, trl-env-frozen-wait, ...; all: every one); --sandboxes '' runs only these")
     ap.add_argument("--grace-s", type=float, default=20.0, help="trainer.dependency_grace_s of the phases' runs")
     ap.add_argument("--phase-steps", type=int, default=3, help="steps of a -wait phase's run (it must finish)")
     ap.add_argument("--phase-port", type=int, default=8700, help="the first phase's env server port (one each)")
-    # The "dockerd frozen" phase (benchmarks/soak_dockerd.py): a reset under a Docker daemon that answers nothing.
+    # The "dockerd frozen" phase (benchmarks/studies/soak_dockerd.py): a reset under a Docker daemon that answers nothing.
     ap.add_argument("--dockerd-frozen", action="store_true", help="run the dockerd-frozen phase after the passes")
     ap.add_argument("--dockerd-resets", type=int, default=8, help="resets the dockerd-frozen phase starts at once")
     ap.add_argument("--dockerd-timeout", type=float, default=None, help="its sandbox.docker_timeout (default: config's)")
@@ -564,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def dockerd_frozen_phase(args: argparse.Namespace) -> Any:
-    """With `--dockerd-frozen`: run that phase (benchmarks/soak_dockerd.py), print its figures, return its report."""
+    """With `--dockerd-frozen`: run that phase (benchmarks/studies/soak_dockerd.py), print its figures, return its report."""
     if not args.dockerd_frozen:
         return None
     import tempfile
@@ -580,7 +580,7 @@ def dockerd_frozen_phase(args: argparse.Namespace) -> Any:
 
 
 def dependency_phases(args: argparse.Namespace) -> list[Any]:
-    """Run `--phases` (benchmarks/soak_dependency.py) and print their table."""
+    """Run `--phases` (benchmarks/studies/soak_dependency.py) and print their table."""
     import tempfile
 
     from soak_dependency import PHASES, phase_table, run_phases  # beside this script (sys.path[0])

@@ -1,7 +1,7 @@
 """Dependency fault phases of the soak: a real training run whose env server or engine dies mid-run.
 
-    python benchmarks/soak.py --sandboxes '' --phases all              # every phase below (~15 min on 2 cores)
-    python benchmarks/soak.py --sandboxes '' --phases grpo-env-killed,trl-env-frozen-wait
+    python benchmarks/studies/soak.py --sandboxes '' --phases all              # every phase below (~15 min on 2 cores)
+    python benchmarks/studies/soak.py --sandboxes '' --phases grpo-env-killed,trl-env-frozen-wait
 
 Each phase runs `python -m agentrl +recipe=gridsim_grpo` (tiny model, no warm start, `trainer=grpo` or `trl`)
 against an env server in its own process (`env.server.url`), and once the run's step-2 rollouts reach the server
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DIE_VAR = "AGENTRL_SOAK_ENGINE_DIES"  # the engine worker dies once this file exists (doom_engine)
 PHASES = ("grpo-env-killed", "grpo-env-frozen", "grpo-env-killed-wait", "grpo-env-frozen-wait", "grpo-engine-killed",
           "trl-env-killed", "trl-env-frozen", "trl-env-killed-wait", "trl-env-frozen-wait")
@@ -226,7 +226,7 @@ def run_phases(names: list[str], args: Any, logs: Path) -> list[PhaseReport]:
     return [run_phase(name, args, logs, args.phase_port + i) for i, name in enumerate(names)]
 
 
-if __name__ == "__main__":  # `python benchmarks/soak_dependency.py <agentrl overrides>`: the engine-killed run
+if __name__ == "__main__":  # `python benchmarks/studies/soak_dependency.py <agentrl overrides>`: the engine-killed run
     doom_engine()
     from agentrl.__main__ import main
 

@@ -1,8 +1,8 @@
 """Fault soak phase "dockerd frozen" (issue 26): how long a reset takes to fail, naming the daemon, when the Docker
 daemon stops answering, and how long the env server takes to deploy again once it answers.
 
-    python benchmarks/soak.py --sandboxes "" --dockerd-frozen        # this phase alone, through the soak's CLI
-    python benchmarks/soak_dockerd.py --resets 8 --docker-timeout 30  # the same, on its own
+    python benchmarks/studies/soak.py --sandboxes "" --dockerd-frozen        # this phase alone, through the soak's CLI
+    python benchmarks/studies/soak_dockerd.py --resets 8 --docker-timeout 30  # the same, on its own
 
 The env server (`python -m agentrl.envs.serve env=gridsim sandbox=docker`, a subprocess) reaches the real Docker
 daemon through a relay socket (`agentrl.testing.docker_relay`, DOCKER_HOST points at it). Once an episode has
