@@ -15,8 +15,8 @@ from omegaconf import DictConfig
 
 from agentrl.config.register import recipe_names
 from agentrl.config.validate import UnknownKeyError, check_typed_keys
+from agentrl.group_filter import AllGroupsFailing
 from agentrl.plan import Plan, PlanError, build_plan
-from agentrl.rewards import AllGroupsFailing
 from agentrl.tracking.liveness import dead_run_note
 from agentrl.tracking.mlflow_tracker import DatasetRef, ui_command
 from agentrl.trainers.dependency import DependencyLost

@@ -30,7 +30,7 @@ from agentrl.agents.base import multi_agent_metrics
 from agentrl.agents.record import Rollout
 from agentrl.console import progress
 from agentrl.devices import set_threads, train_device
-from agentrl.rewards import FAILED, FailureStreak, failure_cause, group_drop_reason
+from agentrl.group_filter import FAILED, FailureStreak, failure_cause, group_drop_reason
 from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.evaluate import step_line, trainer_eval
 from agentrl.trainers.health import HealthWatch

@@ -1,6 +1,6 @@
 """The functions Miles calls by path: the agent function wrapper, the generate wrapper, the reward hook and the
 group filter. Everything here reads and writes Miles' own shapes (its `Sample`s, metadata dicts with the AgentEnv
-key names); the rules they apply live in `agentrl.rewards` and the agents.
+key names); the rules they apply live in `agentrl.rewards`, `agentrl.group_filter` and the agents.
 
 Miles' samples are `Sample`s (attributes `reward`, `metadata`, `status`) or plain dicts; a group may nest lists
 (Miles' multi-sample mode). The settings the filter needs reach Ray workers as environment variables.
@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.rewards import FAILED, FailureStreak, drop_reason
+from agentrl.group_filter import FAILED, FailureStreak, drop_reason
 
 FAILED_REASON = "agentenv_failed"  # Miles counts it as rollout/dynamic_filter/drop_agentenv_failed
 MAX_DROPS_ENV = "AGENTRL_MAX_DROPS_IN_A_ROW"
@@ -73,7 +73,7 @@ def _reward(sample: Any) -> float | None:
 
 
 def miles_drop_reason(samples: Any) -> str | None:
-    """`agentrl.rewards.drop_reason` for a Miles group, named as Miles counts it (`agentenv_failed`,
+    """`agentrl.group_filter.drop_reason` for a Miles group, named as Miles counts it (`agentenv_failed`,
     `no_signal`); no-signal drops follow $AGENTRL_DROP_NO_SIGNAL (default on, as in the built-in trainer)."""
     flat = _flatten(samples)
     reason = drop_reason([_reward(s) for s in flat], [sample_failed(s) for s in flat],

@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from agentrl.agents.record import Rollout
 from agentrl.console import TRL_SILENCE, quiet_console
 from agentrl.devices import set_threads
-from agentrl.rewards import FAILED, group_drop_reason
+from agentrl.group_filter import FAILED, group_drop_reason
 from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.evaluate import trainer_eval
 from agentrl.trainers.grpo import RowStream, rollout_metrics

@@ -12,7 +12,8 @@ import pytest
 from agentrl.agents.base import HttpSessionPool
 from agentrl.agents.co_evolution import CoEvolutionAgent, restated
 from agentrl.agents.record import Failure, Rollout
-from agentrl.rewards import FAILED, Asymmetric, group_drop_reason
+from agentrl.group_filter import FAILED, group_drop_reason
+from agentrl.rewards import Asymmetric
 from agentrl.testing import Reply, ScriptedChat
 from agentrl.testing.plays import rewarded
 from agentrl.trainers.evaluate import outcome_of, role_metrics

@@ -123,7 +123,7 @@ def test_group_filter_drops_groups_without_signal_like_the_built_in_trainer(monk
 
 
 def test_miles_loop_stops_when_no_group_ever_has_signal(monkeypatch):
-    from agentrl import rewards
+    from agentrl import group_filter
     from agentrl.trainers import miles_hooks
 
     monkeypatch.setattr(miles_hooks._streak, "in_a_row", 0)
@@ -131,12 +131,12 @@ def test_miles_loop_stops_when_no_group_ever_has_signal(monkeypatch):
     tie = [miles_sample(0.0, reward=0.0), miles_sample(0.0, reward=0.0)]
     filter_scored_groups(None, tie)
     filter_scored_groups(None, tie)
-    with pytest.raises(rewards.AllGroupsFailing, match=r"3 groups in a row were dropped as no_signal"):
+    with pytest.raises(group_filter.AllGroupsFailing, match=r"3 groups in a row were dropped as no_signal"):
         filter_scored_groups(None, tie)
 
 
 def test_group_filter_stops_a_run_whose_every_group_fails(monkeypatch):
-    from agentrl import rewards
+    from agentrl import group_filter
     from agentrl.trainers import miles_hooks
 
     monkeypatch.setattr(miles_hooks._streak, "in_a_row", 0)
@@ -148,7 +148,7 @@ def test_group_filter_stops_a_run_whose_every_group_fails(monkeypatch):
     assert filter_scored_groups(None, good).keep  # a kept group starts the count again
     for _ in range(3):
         filter_scored_groups(None, flagged)
-    with pytest.raises(rewards.AllGroupsFailing, match=r"4 groups in a row .* env_error: connection refused"):
+    with pytest.raises(group_filter.AllGroupsFailing, match=r"4 groups in a row .* env_error: connection refused"):
         filter_scored_groups(None, flagged)
 
 

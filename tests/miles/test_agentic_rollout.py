@@ -237,7 +237,7 @@ async def test_a_run_whose_every_group_fails_stops_with_the_reason(multi_turn_wo
     import httpx
     from miles.rollout.data_source import RolloutDataSource
 
-    from agentrl import rewards
+    from agentrl import group_filter
 
     monkeypatch.setattr(miles_hooks._streak, "in_a_row", 0)
     args, sglang = multi_turn_world
@@ -245,7 +245,7 @@ async def test_a_run_whose_every_group_fails_stops_with_the_reason(multi_turn_wo
     monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=300))
     args.rollout_batch_size = args.over_sampling_batch_size = 1
     state = GenerateState(args)
-    with pytest.raises(rewards.AllGroupsFailing, match=r"4 groups in a row were dropped as agentenv_failed"):
+    with pytest.raises(group_filter.AllGroupsFailing, match=r"4 groups in a row were dropped as agentenv_failed"):
         await asyncio.wait_for(generate_rollout_async(state, 0, RolloutDataSource(args).get_samples), 600)
 
 

@@ -142,7 +142,7 @@ def _group(index: int, rewards: list[float], failure: str | None = None) -> list
 
 
 def test_filtered_groups_are_replaced_by_new_rows() -> None:
-    from agentrl.rewards import group_drop_reason
+    from agentrl.group_filter import group_drop_reason
     from agentrl.trainers.grpo import fill_step
 
     # Rows 0 and 2 are all-equal groups (no signal), row 3 holds a flagged rollout: all dropped and replaced.
@@ -171,7 +171,7 @@ def test_filtered_groups_are_replaced_by_new_rows() -> None:
 
 def test_model_failures_penalized_stay_in_their_group() -> None:
     from agentrl.config.trainer import GRPOTrainerConfig
-    from agentrl.rewards import FAILED, NO_SIGNAL, group_drop_reason
+    from agentrl.group_filter import FAILED, NO_SIGNAL, group_drop_reason
 
     def group(*members: tuple[float, str | None]) -> list:
         return [r for reward, failure in members for r in _group(0, [reward], failure)]
