@@ -70,6 +70,9 @@ class Plan:
     # The typed config (`RunConfig`, each group its option's schema dataclass): what code below the plan reads,
     # instead of the raw DictConfig and its casts.
     settings: Any = None
+    # How rollouts and sampled evals sample (`config.sampling.Sampling`, from the trainer's settings; None: the
+    # trainer samples nothing): training, evals and the warm start's eval send its request kwargs.
+    sampling: Any = None
 
     def describe(self, tracking_uri: str | None = None) -> str:
         """A human-readable plan of the run."""
@@ -131,6 +134,7 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # cannot apply) run on the composed values here: Hydra's overrides never construct the dataclass.
     try:
         settings = typed_settings(cfg)
+        sampling = settings.trainer.sampling()
     except ValueError as exc:
         raise PlanError(str(exc)) from exc
     # A backend's own refusals (e.g. a setting TRL lacks) fail here too, before anything starts.
@@ -158,7 +162,7 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     if problem := teacher_problem(cfg, bundle):
         raise PlanError(problem)
     return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, notes=notes,
-                resume=plan_resume(cfg, choices, trainer_cls), settings=settings)
+                resume=plan_resume(cfg, choices, trainer_cls), settings=settings, sampling=sampling)
 
 
 def typed_settings(cfg: DictConfig) -> Any:

@@ -7,6 +7,8 @@ from typing import Any
 
 from omegaconf import II, MISSING
 
+from agentrl.config.sampling import Sampling
+
 # The GRPO family's choices (docs/training.md "Algorithms"; the math is agentrl/trainers/grpo_math.py).
 LOSSES = ("grpo", "dr_grpo", "dapo", "gspo")
 ADVANTAGES = ("group_norm", "group_mean", "rloo")
@@ -16,6 +18,8 @@ KL_ESTIMATORS = ("k1", "k3")
 DEFAULT_CLIPS = {"grpo": (0.2, 0.2), "dr_grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
 # Each loss's advantage when `advantage` is left null (Dr. GRPO removes the std normalization).
 DEFAULT_ADVANTAGE = {"grpo": "group_norm", "dr_grpo": "group_mean", "dapo": "group_norm", "gspo": "group_norm"}
+# The rollouts' and the sampled evals' temperature unless a recipe says otherwise (GRPO, TRL, Miles; SFT's eval).
+TEMPERATURE = 1.1
 
 
 def _is_set(value: object) -> bool:
@@ -100,6 +104,10 @@ class TrainerConfig:
     resume: str | None = None
     resume_force: bool = False  # resume even when model/env/agent/reward/trainer differ (the run is tagged)
 
+    def sampling(self) -> Sampling | None:
+        """How this trainer's rollouts and sampled evals sample (`Plan.sampling`); None: it samples nothing."""
+        return None
+
 
 @dataclass
 class WarmStartConfig:
@@ -163,7 +171,7 @@ class GRPOTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
     _target_: str = "agentrl.trainers.grpo.GRPOTrainer"
     prompts_per_step: int = 4  # distinct rows (e.g. days) per step
     samples_per_prompt: int = 8  # rollouts per row: one GRPO group
-    temperature: float = 1.1
+    temperature: float = TEMPERATURE
     top_p: float = 1.0
     top_k: int = 0  # 0: off
     # The algorithm (docs/training.md "Algorithms"), checked when the plan is built.
@@ -218,6 +226,9 @@ class GRPOTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
             raise ValueError(f"trainer.overlong_max_tokens must be >= 1 (or null: no penalty), "
                              f"got {self.overlong_max_tokens}")
 
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, self.top_k)
+
 
 @dataclass
 class SFTTrainerConfig(TrainerConfig):
@@ -231,10 +242,13 @@ class SFTTrainerConfig(TrainerConfig):
     generated: int = 0  # extra demonstrations of tasks the bundle generates (GridSim: fresh train-date days)
     weight_decay: float = 0.0
     eval_every: int = 250
-    eval_temperature: float = 1.1  # sampled eval; a greedy-decoded eval is reported beside it at the end
+    eval_temperature: float = TEMPERATURE  # sampled eval; a greedy-decoded eval is reported beside it at the end
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device
     threads: int = 0  # torch CPU threads in this process; 0: torch's default
     output_dir: str | None = None  # null: <paths.checkpoint_dir>/sft/<bundle>-<teacher>-s<steps>-<settings hash>
+
+    def sampling(self) -> Sampling:
+        return Sampling(self.eval_temperature, top_p=1.0, top_k=0)  # SFT's evals filter nothing
 
 
 @dataclass
@@ -243,7 +257,7 @@ class MilesTrainerConfig(TrainerConfig):
     prompts_per_step: int = 4  # --rollout-batch-size
     samples_per_prompt: int = 8  # --n-samples-per-prompt
     global_batch_size: int = 32  # must equal prompts_per_step x samples_per_prompt
-    temperature: float = 1.1
+    temperature: float = TEMPERATURE
     top_p: float = 1.0
     max_response_tokens: int = 1024  # per model call (--rollout-max-response-len)
     max_seq_len: int | None = None  # whole trajectory; longer ones are truncated (null: no limit)
@@ -290,6 +304,9 @@ class MilesTrainerConfig(TrainerConfig):
         if problem := miles_algorithm_problem(self):
             raise ValueError(problem)
 
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, top_k=0)  # Miles' launch sets no top-k
+
 
 @dataclass
 class TRLTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
@@ -299,7 +316,7 @@ class TRLTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
     _target_: str = "agentrl.trainers.trl.TRLTrainer"
     prompts_per_step: int = 4  # rows per step; GRPOConfig.generation_batch_size = prompts x samples
     samples_per_prompt: int = 8  # GRPOConfig.num_generations
-    temperature: float = 1.1
+    temperature: float = TEMPERATURE
     top_p: float = 1.0
     top_k: int = 0  # 0: off
     clip_low: float = 0.2  # GRPOConfig.epsilon
@@ -326,3 +343,6 @@ class TRLTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
     def __post_init__(self) -> None:
         DependencyWatchConfig.__post_init__(self)
         self.check_lr_schedule()
+
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, self.top_k)

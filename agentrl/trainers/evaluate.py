@@ -20,6 +20,7 @@ from typing import Any
 from tqdm import tqdm
 
 from agentrl.agents.record import Rollout
+from agentrl.config.sampling import Sampling
 from agentrl.trainers.rollout import make_row
 
 
@@ -100,18 +101,17 @@ def step_line(name: str, step: int, steps: int | None, metrics: Mapping[str, flo
     return f"{name} step {step}{f'/{steps}' if steps else ''}: {', '.join(parts)}"
 
 
-def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, temperature: float,
-             top_p: float = 1.0, seed_parts: tuple[Any, ...] = (), prefix: str = "eval",
+def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampling: Sampling,
+             seed_parts: tuple[Any, ...] = (), prefix: str = "eval",
              chunk: int = 64, step: int | None = None, quiet: bool = False) -> tuple[dict[str, float], list[Rollout]]:
-    """Play every eval task once at `temperature` (0: greedy); returns (metrics, the rollouts in task order).
+    """Play every eval task once, sampled as `sampling` says; returns (metrics, the rollouts in task order).
 
     Prints `eval_line` when done (above any progress bar) unless `quiet`; `step` only labels that line.
     """
     started = time.monotonic()
     rows = [make_row(bundle, split, i, services.env_url, services.env_settings)
             for i in eval_indices(bundle, split, limit)]
-    kwargs: dict[str, Any] = {"temperature": float(temperature), "top_p": float(top_p),
-                              "chat_template_kwargs": {"enable_thinking": False}}
+    kwargs = sampling.request_kwargs()
     every: list[list[Rollout]] = []
     for start in range(0, len(rows), chunk):  # bounded concurrency: the engine batches up to its limit anyway
         groups = asyncio.run(services.runner.play_rows(rows[start:start + chunk], 1, request_kwargs=kwargs,
@@ -126,15 +126,14 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, tempe
     return metrics, played
 
 
-def trainer_eval(services: Any, bundle: Any, cfg: Any, step: int, *, greedy: bool, times: dict[str, float],
-                 history: dict[str, list[tuple[int, float]]]) -> dict[str, float]:
-    """A trainer's eval at `step` with the run's settings (sampled at the training temperature, or greedy):
+def trainer_eval(services: Any, bundle: Any, cfg: Any, step: int, *, sampling: Sampling, greedy: bool,
+                 times: dict[str, float], history: dict[str, list[tuple[int, float]]]) -> dict[str, float]:
+    """A trainer's eval at `step`, sampled as training samples (the plan's `sampling`) or greedy-decoded:
     the same call for every backend, so `eval/*` compares across them. Adds its seconds to `times["eval"]`
     and a sampled eval's reward to `history["eval/reward"]`."""
-    t = cfg.trainer
     started = time.monotonic()
-    metrics, _ = evaluate(services, bundle, cfg.env.eval_split, limit=t.eval_limit,
-                          temperature=0.0 if greedy else float(t.temperature), top_p=float(t.top_p),
+    metrics, _ = evaluate(services, bundle, cfg.env.eval_split, limit=cfg.trainer.eval_limit,
+                          sampling=sampling.greedy_copy() if greedy else sampling,
                           seed_parts=(cfg.seed, step), prefix="eval_greedy" if greedy else "eval", step=step)
     seconds = time.monotonic() - started
     times["eval"] += seconds

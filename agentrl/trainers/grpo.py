@@ -201,13 +201,6 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ train
 
-    def _request_kwargs(self, temperature: float) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"temperature": temperature, "top_p": float(self.t.top_p),
-                                  "chat_template_kwargs": {"enable_thinking": False}}
-        if int(self.t.top_k) > 0:
-            kwargs["top_k"] = int(self.t.top_k)
-        return kwargs
-
     def _drop(self, group: list[Rollout]) -> str | None:
         """The group filter, and the failure streak that stops a run whose rollouts all fail."""
         reason = group_drop_reason(group, drop_no_signal=bool(self.t.drop_no_signal),
@@ -223,7 +216,7 @@ class GRPOTrainer:
         def play(indices: list[int], attempt: int) -> list[list[Rollout]]:
             rows = [make_row(bundle, self.cfg.env.train_split, i, svc.env_url, svc.env_settings) for i in indices]
             return asyncio.run(svc.runner.play_rows(rows, int(t.samples_per_prompt),
-                                                    request_kwargs=self._request_kwargs(float(t.temperature)),
+                                                    request_kwargs=self.plan.sampling.request_kwargs(),
                                                     seed_parts=(self.cfg.seed, step, attempt)))
 
         started = time.monotonic()
@@ -276,7 +269,8 @@ class GRPOTrainer:
 
     def _evaluate(self, step: int, *, greedy: bool = False) -> dict[str, float]:
         self._settle()
-        return trainer_eval(self.services, self.plan.bundle, self.cfg, step, greedy=greedy, times=self.times,
+        return trainer_eval(self.services, self.plan.bundle, self.cfg, step, sampling=self.plan.sampling,
+                            greedy=greedy, times=self.times,
                             history=self.history)
 
     def _save(self, step: int) -> None:

@@ -196,10 +196,9 @@ class SFTTrainer:
         services = start_services(cfg, self.plan, str(self.output_dir))
         try:
             final, _ = evaluate(services, self.plan.bundle, cfg.env.eval_split, limit=t.eval_limit,
-                                temperature=float(t.eval_temperature), seed_parts=(cfg.seed, "final"),
-                                step=int(t.steps))
+                                sampling=self.plan.sampling, seed_parts=(cfg.seed, "final"), step=int(t.steps))
             greedy, _ = evaluate(services, self.plan.bundle, cfg.env.eval_split, limit=t.eval_limit,
-                                 temperature=0.0, prefix="eval_greedy", step=int(t.steps))
+                                 sampling=self.plan.sampling.greedy_copy(), prefix="eval_greedy", step=int(t.steps))
         finally:
             services.close()
         final.update(greedy)
@@ -267,9 +266,8 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
         save_hf_folder(model, tokenizer, output_dir)
         services = start_services(cfg, plan, str(output_dir))
         try:
-            m, _ = evaluate(services, plan.bundle, cfg.env.eval_split, limit=cfg.trainer.get("eval_limit"),
-                            temperature=float(cfg.trainer.get("eval_temperature", 1.1)), seed_parts=(cfg.seed, step),
-                            step=step)
+            m, _ = evaluate(services, plan.bundle, cfg.env.eval_split, limit=plan.settings.trainer.eval_limit,
+                            sampling=plan.sampling, seed_parts=(cfg.seed, step), step=step)
         finally:
             services.close()
         tracker.log({f"{prefix}/{k}" if prefix else k: v for k, v in m.items()}, step=step_offset + step)

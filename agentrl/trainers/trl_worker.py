@@ -29,6 +29,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.agents.record import Rollout
+from agentrl.config.sampling import Sampling
 from agentrl.console import TRL_SILENCE, quiet_console
 from agentrl.devices import set_threads
 from agentrl.group_filter import FAILED, group_drop_reason
@@ -102,16 +103,12 @@ class Bridge:
         slots = [int(p[0][INDEX_KEY]) for p in prompts]
         counts = Counter(slots)  # a row's slots on this process (its group may be split across processes)
         svc, split = self.services, self.cfg.env.train_split
-        kwargs: dict[str, Any] = {"temperature": float(self.t.temperature), "top_p": float(self.t.top_p),
-                                  "chat_template_kwargs": {"enable_thinking": False}}
-        if int(self.t.top_k) > 0:
-            kwargs["top_k"] = int(self.t.top_k)
-
         rows = [make_row(self.plan.bundle, split, i, svc.env_url, svc.env_settings) for i in counts]
         self.calls += 1
         # Under the run's breaker (services.py): a dead env server or engine stops the run within
         # trainer.dependency_grace_s, naming it, or is waited for (trainer.on_dependency_loss).
-        groups = asyncio.run(svc.runner.play_rows(rows, list(counts.values()), request_kwargs=kwargs,
+        groups = asyncio.run(svc.runner.play_rows(rows, list(counts.values()),
+                                                  request_kwargs=self.plan.sampling.request_kwargs(),
                                                   seed_parts=(self.cfg.seed, step, rank, self.calls)))
         if svc.runner.breaker is not None:
             svc.runner.breaker.step_done(step, [r for g in groups for r in g])
@@ -179,7 +176,8 @@ class Bridge:
         """agentrl's evaluator on the eval split with TRL's current weights (rank 0 only)."""
         if trainer is not None:
             self.sync(trainer)
-        return trainer_eval(self.services, self.plan.bundle, self.cfg, step, greedy=greedy, times=self.times,
+        return trainer_eval(self.services, self.plan.bundle, self.cfg, step, sampling=self.plan.sampling,
+                            greedy=greedy, times=self.times,
                             history=self.history)
 
 
@@ -313,7 +311,9 @@ def main(argv: list[str] | None = None) -> None:
 
     spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
     cfg = OmegaConf.create(spec["config"])
-    plan = SimpleNamespace(bundle=instantiate(cfg.env), agent=instantiate(cfg.agent), reward=instantiate(cfg.reward))
+    t = cfg.trainer  # TODO(#28, plan part): the worker's real plan carries this Sampling already
+    plan = SimpleNamespace(bundle=instantiate(cfg.env), agent=instantiate(cfg.agent), reward=instantiate(cfg.reward),
+                           sampling=Sampling(t.temperature, t.top_p, t.top_k))
     metrics_path = Path(spec["metrics_path"])
 
     def to_file(metrics: dict[str, float], step: int) -> None:

@@ -80,16 +80,15 @@ def warm_start_path(cfg: DictConfig, plan: Any, tracker: Any = None) -> str:
 
 
 def _evaluate(cfg: DictConfig, plan: Any, path: Path) -> dict[str, float]:
-    """`warm_start/eval/*`: the warm start's model played on the eval split with the trainer's eval settings."""
+    """`warm_start/eval/*`: the warm start's model played on the eval split, sampled as the trainer samples."""
     from agentrl.trainers.evaluate import evaluate
     from agentrl.trainers.services import start_services
 
-    t = cfg.trainer
+    run = plan.settings
     services = start_services(cfg, plan, str(path))
     try:
-        metrics, _ = evaluate(services, plan.bundle, cfg.env.eval_split, limit=t.get("eval_limit"),
-                              temperature=float(t.get("temperature", 1.1)), top_p=float(t.get("top_p", 1.0)),
-                              seed_parts=(cfg.seed, PREFIX), prefix=f"{PREFIX}/eval")
+        metrics, _ = evaluate(services, plan.bundle, run.env.eval_split, limit=run.trainer.eval_limit,
+                              sampling=plan.sampling, seed_parts=(run.seed, PREFIX), prefix=f"{PREFIX}/eval")
     finally:
         services.close()
     return metrics

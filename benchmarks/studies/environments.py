@@ -34,8 +34,8 @@ def scores(cfg, plan, model_path: str, seed: int, temperature: float | None = No
 
     svc = start_services(cfg, plan, model_path)
     try:
-        metrics, played = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=None,
-                                   temperature=float(cfg.trainer.temperature if temperature is None else temperature),
+        sampling = plan.sampling if temperature is None else plan.sampling.at(temperature)
+        metrics, played = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=None, sampling=sampling,
                                    seed_parts=(seed, "env-bench"), quiet=True)
     finally:
         svc.close()

@@ -46,11 +46,11 @@ def eval_both(cfg, plan, model_path: str, limit: int | None, temperature: float,
     svc = start_services(cfg, plan, model_path)
     greedy: dict[str, float] = {}
     try:
-        sampled, played_s = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=limit, temperature=temperature,
-                                     seed_parts=(cfg.seed, "bench"))
+        sampled, played_s = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=limit,
+                                     sampling=plan.sampling.at(temperature), seed_parts=(cfg.seed, "bench"))
         if greedy_too:
-            greedy, _ = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=limit, temperature=0.0,
-                                 prefix="eval_greedy")
+            greedy, _ = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=limit,
+                                 sampling=plan.sampling.greedy_copy(), prefix="eval_greedy")
     finally:
         svc.close()
     return sampled | greedy, [p.reward for p in played_s]
