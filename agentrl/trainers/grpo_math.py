@@ -142,7 +142,8 @@ class LossOutput:
     entropy: float = 0.0  # mean entropy of the policy at model-token positions (0 when not given)
     tis_weight: float = 0.0  # mean truncated IS weight (tokens; gspo: samples); 0 with TIS off
     tis_clipped: float = 0.0  # share of tokens (gspo: samples) whose IS weight was cut to the cap
-    logprob_diff: float = 0.0  # mean |p - q|: learner vs engine logprob of the same token
+    logprob_gap_mean: float = 0.0  # mean |p - q|: learner vs engine logprob of the same token
+    logprob_gap_max: float = 0.0  # the largest |p - q| of one model token in this batch
 
 
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
@@ -225,7 +226,10 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         approx_kl = float((0.5 * log_ratio.pow(2) * (on if sequence else m)).sum()) / per
         tis_weight = float((weight * on).sum()) / per if tis_cap > 0 else 0.0
         tis_clipped = float(((raw > tis_cap) & on).sum()) / per if tis_cap > 0 else 0.0
-        diff = float(((logprobs.detach() - q).abs() * m).sum()) / norm
+        # The engine's kernels (vLLM's, bf16 on a GPU) differ from the learner's pass: what TIS corrects.
+        abs_gap = (logprobs.detach() - q).abs() * m
+        gap_mean = float(abs_gap.sum()) / norm
+        gap_max = float(abs_gap.max()) if abs_gap.numel() else 0.0
     return LossOutput(total, float(pg.detach()), kl_value, clip_fraction, approx_kl, tokens, ent_value,
-                      tis_weight, tis_clipped, diff)
+                      tis_weight, tis_clipped, gap_mean, gap_max)
 

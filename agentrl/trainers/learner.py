@@ -24,7 +24,7 @@ from agentrl.trainers.lr_schedules import lr_factor, set_lr
 
 # What `Learner.step` logs under train/ (besides grad_norm and tokens); a step with nothing to train logs zeros.
 STEP_METRICS = ("loss", "kl", "entropy", "clip_fraction", "approx_kl", "tis_weight_mean", "tis_clipped_frac",
-                "logprob_diff", "grad_norm", "tokens")
+                "logprob_gap_mean", "logprob_gap_max", "grad_norm", "tokens")
 
 
 @dataclass(frozen=True)
@@ -169,8 +169,10 @@ class Learner:
         self.model.train()
         total = sum(int(sum(it.loss_mask)) for it in items)
         self.optimizer.zero_grad(set_to_none=True)
-        keys = ("loss", "kl", "entropy", "clip_fraction", "approx_kl", "tis_weight", "tis_clipped", "logprob_diff")
+        keys = ("loss", "kl", "entropy", "clip_fraction", "approx_kl", "tis_weight", "tis_clipped",
+                "logprob_gap_mean")
         sums = dict.fromkeys(keys, 0.0)
+        gap_max = 0.0  # |learner - engine logprob| of the worst token of the step (a max, not a sum)
         for start in range(0, len(items), self.micro):
             ids, attn, mask, old, adv = self._batch(items[start:start + self.micro])
             # Prompt positions before the first model token need no logits.
@@ -192,10 +194,12 @@ class Learner:
             sums["loss"] += float(out.loss.detach())
             for k in keys[1:]:
                 sums[k] += getattr(out, k)
+            gap_max = max(gap_max, out.logprob_gap_max)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
         self.model.eval()
         sums["tis_weight_mean"], sums["tis_clipped_frac"] = sums.pop("tis_weight"), sums.pop("tis_clipped")
+        sums["logprob_gap_max"] = gap_max
         return {f"train/{k}": v for k, v in sums.items()} | {"train/grad_norm": float(grad_norm),
                                                              "train/tokens": float(total)}
 

@@ -275,7 +275,8 @@ def test_truncated_importance_weights_against_the_engine() -> None:
     assert out.loss.item() == pytest.approx(-sum(w) / 3, rel=1e-6)  # ratio 1 (against the learner's old p)
     assert out.tis_weight == pytest.approx(sum(w) / 3, rel=1e-6)
     assert out.tis_clipped == pytest.approx(1 / 3)
-    assert out.logprob_diff == pytest.approx((0.1 + 1.0 + 0.1) / 3, rel=1e-5)
+    assert out.logprob_gap_mean == pytest.approx((0.1 + 1.0 + 0.1) / 3, rel=1e-5)
+    assert out.logprob_gap_max == pytest.approx(1.0, rel=1e-5)  # the middle token's |p - q|
     assert out.clip_fraction == 0.0
     out.loss.backward()
     assert lp.grad.flatten().tolist() == pytest.approx([-x / 3 for x in w], rel=1e-6)
