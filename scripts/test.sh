@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command, run the way the README tells a user to install: a virtual environment (.venv at the checkout
 # root, made once and reused; AGENTRL_VENV=DIR for another), agentrl installed into it with the tested versions
-# (pip install -c constraints.txt -e '.[dev]'), Miles' light CPU path, a Docker engine when root (always in CI),
+# (pip install -c constraints.txt -e '.[dev]'), Miles' light CPU path, vLLM's CPU build in a venv of its own
+# (scripts/install_vllm.sh; AGENTRL_VLLM_PYTHON), a Docker engine when root (always in CI),
 # then the whole suite inside that venv. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,10 @@ PY="$VENV/bin/python"
 "$PY" -m pip install -q -c constraints.txt -e '.[dev]'
 # Miles' agentic path runs for real in the tests, on the CPU: the light install (never its CUDA torch).
 PYTHON="$PY" bash scripts/install_miles_light.sh
+# vLLM's CPU build (inference=vllm) in its own venv, made once per machine (~4 min) and reused; the tests start
+# real vLLM servers with the python it prints.
+AGENTRL_VLLM_PYTHON="$(bash scripts/install_vllm.sh | tail -n 1)"
+export AGENTRL_VLLM_PYTHON
 if [ -n "${CI:-}" ]; then
   # In CI the Docker tests must run, never skip.
   bash .ci/setup_docker.sh
