@@ -1,9 +1,10 @@
 """The `reward` group: how a play's scores become the trained rewards, in two steps.
 
-1. **Episode reward**: each rollout's named scores -> one number (`EnvScore`, `MeanScores`, `Asymmetric`); a
-   flagged rollout, or one that scored nothing (an early exit), gets 0.
+1. **Episode score**: each rollout's named scores -> one number, its `score` (`EnvScore`, `MeanScores`,
+   `Asymmetric`); a flagged rollout, or one that scored nothing (an early exit), gets 0.
 2. **Group weighting**: for patterns that end in one judged answer (co-evolution's selector), every rollout of
-   the play is multiplied by the group's weight for that outcome (`Asymmetric`: 1.2 when correct, 0.8 otherwise).
+   the play gets the group's weight for that outcome (`Asymmetric`: 1.2 when correct, 0.8 otherwise). The
+   trained `reward` is score x weight; eval reads the score.
 
 `apply_rewards` runs both; agents only report scores and roles. Which groups a step keeps is
 `agentrl.group_filter`. Nothing here knows Miles: its hooks live in `agentrl.trainers.miles_hooks`.
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentrl.agents.record import Failure, Play, Rollout
+from agentrl.config.reward import AsymmetricRewardConfig
 
 
 class RewardError(ValueError):
@@ -70,9 +72,10 @@ class Asymmetric(RewardGroup):
     """Co-evolution weighting: a play's rewards x correct_weight when its selected answer is right, else x
     incorrect_weight (early exits count as incorrect). Per-episode reward is the env's one score."""
 
-    correct_weight: float = 1.2
-    incorrect_weight: float = 0.8
-    correct_threshold: float = 1.0
+    # The schema's defaults (one home: agentrl/config/reward.py), for an Asymmetric made without a config.
+    correct_weight: float = AsymmetricRewardConfig.correct_weight
+    incorrect_weight: float = AsymmetricRewardConfig.incorrect_weight
+    correct_threshold: float = AsymmetricRewardConfig.correct_threshold
 
     def __call__(self, scores: dict[str, float]) -> float:
         return EnvScore()(scores)
@@ -83,7 +86,7 @@ class Asymmetric(RewardGroup):
         return self.incorrect_weight
 
 
-def episode_reward(group: RewardGroup, rollout: Rollout) -> float:
+def episode_score(group: RewardGroup, rollout: Rollout) -> float:
     """Step 1 for one rollout: 0 when flagged or unscored; a score the group cannot use flags `no_reward`."""
     if rollout.failure is not None or rollout.scores is None:
         return 0.0
@@ -94,19 +97,25 @@ def episode_reward(group: RewardGroup, rollout: Rollout) -> float:
         return 0.0
 
 
+def outcome_weight(group: RewardGroup, play: Play) -> float:
+    """Step 2: the factor for every rollout of `play`: the group's weight for a judged play's outcome, else 1."""
+    if not play.judged:
+        return 1.0
+    outcome = None
+    if play.outcome is not None:
+        try:
+            outcome = float(group(play.outcome))
+        except Exception:  # noqa: BLE001 - an outcome the group cannot score counts as incorrect
+            outcome = None
+    return float(group.weight(outcome))
+
+
 def apply_rewards(group: RewardGroup, play: Play) -> list[Rollout]:
-    """Both steps for a play: sets every rollout's `reward` (and `weight`); returns the rollouts."""
+    """Both steps for a play: sets every rollout's `score`, `weight`, trained `reward` (score x weight, 0 when
+    flagged) and `judged`; returns the rollouts."""
+    weight = outcome_weight(group, play)
     for rollout in play.rollouts:
-        rollout.reward = episode_reward(group, rollout)
-    if play.judged:
-        outcome = None
-        if play.outcome is not None:
-            try:
-                outcome = float(group(play.outcome))
-            except Exception:  # noqa: BLE001 - an outcome the group cannot score counts as incorrect
-                outcome = None
-        weight = float(group.weight(outcome))
-        for rollout in play.rollouts:
-            rollout.weight = weight
-            rollout.reward *= weight
+        rollout.score = episode_score(group, rollout)
+        rollout.weight, rollout.judged = weight, play.judged
+        rollout.reward = rollout.score * weight
     return play.rollouts

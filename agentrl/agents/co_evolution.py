@@ -10,7 +10,8 @@ selector failed, counts as incorrect). On GridSim an answer is a submitted sched
 Budgets, as in Miles: `max_context_tokens` bounds each role's whole conversation (a rewriter's prompt holds every
 solver answer) and `max_response_tokens` one reply. A rollout over either is flagged (`over_budget`, `truncated`),
 never cut silently: it scores 0, its group is dropped from training, and a flagged selector ends the play early.
-Every rollout carries `details["judged"]`; the selector's also `details["outcome"]` (evaluation scores its pick).
+The play is judged (`Play.judged`); the selector's rollout `holds_outcome` (eval scores its pick, unweighted),
+and its `details["selected"]` names the rewrite it picked.
 """
 
 from __future__ import annotations
@@ -165,7 +166,6 @@ class CoEvolutionAgent:
         def early_exit(rollouts: list[Rollout]) -> Play:
             for r in rollouts:
                 r.early_exit = True
-                r.details["judged"] = True
             return Play(rollouts, outcome=None, judged=True)
 
         solver_msgs = self.role_messages(solver.name, system, task)
@@ -203,14 +203,12 @@ class CoEvolutionAgent:
             reply = None
         picked = parse_judgment(reply.content, len(rewrites)) if reply is not None else None
         judge.answer = reply.content if reply is not None else ""
-        judge.details.update(selected=picked, outcome=True)
+        judge.holds_outcome, judge.details["selected"] = True, picked
         # The selector is scored by the rewrite it picked; nothing picked: nothing scored.
         judge.scores = dict(rewrites[picked].scores or {}) if picked is not None else None
         rollouts = solvers + rewriters + [judge]
         if picked is None:
             return early_exit(rollouts)
-        for r in rollouts:
-            r.details["judged"] = True
         return Play(rollouts, outcome=judge.scores, judged=True)
 
     async def _select_by_answer(self, sessions: SessionPool, selector: Role, messages: list[dict[str, Any]],
@@ -219,10 +217,9 @@ class CoEvolutionAgent:
         """`selection: answer`: the selector plays the episode (with its tools) seeing the rewrites; the env
         grades what it submits, and `selected` is the rewrite it restated (None: an answer of its own)."""
         judge = await self._episode(sessions, selector, messages, row, request_kwargs, play_id)
-        judge.details.update(selected=restated(judge.answer, rewrites) if _answered(judge) else None, outcome=True)
+        judge.holds_outcome = True
+        judge.details["selected"] = restated(judge.answer, rewrites) if _answered(judge) else None
         rollouts = [*before, judge]
         if not _answered(judge) or judge.scores is None:
             return early_exit(rollouts)
-        for r in rollouts:
-            r.details["judged"] = True
         return Play(rollouts, outcome=judge.scores, judged=True)

@@ -1,8 +1,9 @@
 """The one record of a rollout: what an agent played and how it went, from the agent to every trainer.
 
 Agents fill a `Rollout` per trainable sample (one per role session) and return the play's rollouts as a `Play`;
-the reward group (`agentrl.rewards.apply_rewards`) sets each rollout's `reward` and `weight`; the built-in
-trainer's runner adds the recorded tokens (`sample`), the GRPO group key and the policy. Miles never sees this
+the reward group (`agentrl.rewards.apply_rewards`) sets each rollout's `score`, `weight` and trained `reward`
+(and `judged`, which the `Play` says); the built-in trainer's runner adds the recorded tokens (`sample`), the
+GRPO group key and the policy. Miles never sees this
 type: its agent function returns `miles_metadata(rollout)`, the dict with the AgentEnv key names.
 """
 
@@ -62,8 +63,9 @@ class Rollout:
     base_url: str = ""  # the chat session whose recorded tokens form the sample
     scores: dict[str, float] | None = None  # the env's named scores; None: nothing was scored (an early exit)
     env_reward: float | None = None  # the env's own reward for the episode
-    reward: float = 0.0  # the trained reward: set by the reward group (0 when flagged)
-    weight: float = 1.0  # the reward group's factor for the play's outcome (asymmetric weighting)
+    score: float = 0.0  # the episode's score: the reward group's step 1, unweighted (0 when flagged or unscored)
+    reward: float = 0.0  # the trained reward: score x weight (0 when flagged)
+    weight: float = 1.0  # the reward group's factor for a judged play's outcome (asymmetric weighting)
     failure: Failure | None = None
     error: str = ""
     turns: int = 0  # model turns
@@ -73,10 +75,12 @@ class Rollout:
     context_tokens: int = 0  # the conversation's tokens as the endpoint last counted them
     answer: str = ""
     early_exit: bool = False  # the pattern ended before its outcome (no answer, no accept, invalid variant)
+    judged: bool = False  # one of a judged play's rollouts (co-evolution): weighted, and evaluated, by its outcome
+    holds_outcome: bool = False  # its answer is its judged play's outcome (co-evolution's selector)
     play_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     frozen: bool = False  # played, never trained
     model: str | None = None  # the role's own model, when it has one
-    details: dict[str, Any] = field(default_factory=dict)  # pattern-specific facts (selected index, label, ...)
+    details: dict[str, Any] = field(default_factory=dict)  # pattern-specific facts, for traces (selected, label)
     # Set by the built-in trainer's runner:
     group: tuple[Any, ...] = ()  # GRPO normalizes advantages within it: (split, index, role group)
     policy: str = "main"  # the model that played it, and the only one its sample may update
@@ -98,7 +102,8 @@ class Play:
     """The rollouts one play of a row produced, and its joint outcome when the pattern has one.
 
     `judged` patterns (co-evolution) end in one chosen answer: `outcome` holds its scores, None when the play
-    exited early. The reward group may weight every rollout of the play by that outcome.
+    exited early, and the rollout that chose it `holds_outcome`. The reward group may weight every rollout of
+    the play by that outcome, and marks each `judged` (the record that outlives the `Play`).
     """
 
     rollouts: list[Rollout]

@@ -49,7 +49,7 @@ async def run(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metada
     record = await play_episode(base_url, prompt, request_kwargs, metadata, settings, http_client=client)
     if record.failure is None and record.env_reward is None:
         record.flag(Failure.NO_REWARD, f"the episode ended without a reward (scores {record.scores})")
-    record.reward = 0.0 if record.failure else float(record.env_reward or 0.0)
+    record.score = record.reward = 0.0 if record.failure else float(record.env_reward or 0.0)
     return miles_metadata(record)
 
 

@@ -1,8 +1,9 @@
 """Evaluation by playing real episodes: one play per eval task, scored by the env's grader.
 
-A task's eval reward is its play's outcome (`outcome_of`): the one rollout of a tool-calling play; for a judged
-play (co-evolution) the selected answer's score, unweighted, and 0 when the play exited before selecting. Plays
-with several roles also report each role's mean (`eval/reward_<role>`, e.g. the solvers' own mean).
+A task's eval reward is the score of its play's outcome (`outcome_of`): the one rollout of a tool-calling play;
+for a judged play (co-evolution) the selected answer's score, unweighted, and 0 when the play exited before
+selecting. Eval reads `Rollout.score`, never the trained (weighted) `reward`. Plays with several roles also
+report each role's mean score (`eval/reward_<role>`, e.g. the solvers' own mean).
 Each evaluation prints one line as it ends (`eval_line`), so a run's progress shows without MLflow.
 """
 
@@ -30,40 +31,35 @@ def eval_indices(bundle: Any, split: str, limit: int | None) -> list[int]:
     return list(range(count if limit is None else min(int(limit), count)))
 
 
-def unweighted(rollout: Rollout) -> float:
-    """The rollout's reward before the reward group's outcome weighting (eval scores answers, not plays)."""
-    return rollout.reward / rollout.weight if rollout.weight else rollout.reward
-
-
 def outcome_of(group: Sequence[Rollout]) -> Rollout:
-    """The rollout that stands for a row's play: the one marked `details["outcome"]` (a judged play's selector,
-    rewarded with its selected answer's unweighted score), a copy of the first scored 0 when a judged play exited
-    before its outcome, else the first rollout (tool_calling's only one)."""
-    marked = [r for r in group if r.details.get("outcome")]
-    if marked:
-        return dataclasses.replace(marked[0], reward=unweighted(marked[0]))
-    if any(r.details.get("judged") for r in group):
-        return dataclasses.replace(group[0], reward=0.0)
-    return group[0]
+    """The rollout that stands for a row's play, its `score` the play's: a judged play's rollout that
+    `holds_outcome` (the selector, scored by its selected answer), or a copy of it (or of the first rollout)
+    scored 0 when the play exited before its outcome; else the first rollout (tool_calling's only one)."""
+    if not any(r.judged for r in group):
+        return group[0]
+    holder = next((r for r in group if r.holds_outcome), None)
+    if holder is not None and not holder.early_exit:
+        return holder
+    return dataclasses.replace(holder or group[0], score=0.0, reward=0.0)
 
 
 def role_metrics(groups: Sequence[Sequence[Rollout]], prefix: str) -> dict[str, float]:
-    """`<prefix>/reward_<role>`: each role's mean unweighted reward, for plays with more than one role."""
+    """`<prefix>/reward_<role>`: each role's mean score, for plays with more than one role."""
     by_role: dict[str, list[float]] = defaultdict(list)
     for group in groups:
         for r in group:
-            by_role[r.role].append(unweighted(r))
+            by_role[r.role].append(r.score)
     if len(by_role) < 2:
         return {}
     return {f"{prefix}/reward_{role}": sum(rs) / len(rs) for role, rs in sorted(by_role.items())}
 
 
 def reward_metrics(played: list[Rollout], prefix: str, breakdown: Mapping[str, str] | None = None) -> dict[str, float]:
-    """Mean reward, its standard error, the share of zero rewards, and the mean by each task fact the bundle
-    breaks its eval down by (`Bundle.eval_breakdown`: fact -> metric name, `{}` standing for the value)."""
+    """Mean score (`<prefix>/reward`), its standard error, the share of zeros, and the mean by each task fact the
+    bundle breaks its eval down by (`Bundle.eval_breakdown`: fact -> metric name, `{}` standing for the value)."""
     if not played:
         return {}
-    rewards = [p.reward for p in played]
+    rewards = [p.score for p in played]
     n = len(rewards)
     mean = sum(rewards) / n
     var = sum((r - mean) ** 2 for r in rewards) / max(n - 1, 1)
@@ -74,7 +70,7 @@ def reward_metrics(played: list[Rollout], prefix: str, breakdown: Mapping[str, s
         for p in played:
             value = (p.row["metadata"].get("task") or {}).get(fact)
             if value is not None:
-                by_value[value].append(p.reward)
+                by_value[value].append(p.score)
         for value, rs in sorted(by_value.items()):
             out[f"{prefix}/{name.format(value)}"] = sum(rs) / len(rs)
     return out

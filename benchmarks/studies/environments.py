@@ -39,7 +39,7 @@ def scores(cfg, plan, model_path: str, seed: int, temperature: float | None = No
                                    seed_parts=(seed, "env-bench"), quiet=True)
     finally:
         svc.close()
-    return metrics, {int(p.row["metadata"]["index"]): float(p.reward) for p in played}
+    return metrics, {int(p.row["metadata"]["index"]): float(p.score) for p in played}
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> None:

@@ -53,7 +53,7 @@ def eval_both(cfg, plan, model_path: str, limit: int | None, temperature: float,
                                  sampling=plan.sampling.greedy_copy(), prefix="eval_greedy")
     finally:
         svc.close()
-    return sampled | greedy, [p.reward for p in played_s]
+    return sampled | greedy, [p.score for p in played_s]
 
 
 def baselines(plan, limit: int | None) -> dict[str, dict[str, float]]:

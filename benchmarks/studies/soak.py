@@ -5,7 +5,7 @@
     python benchmarks/studies/soak.py --sandboxes local --model scripted  # no model: a scripted chat server stands in
 
 Each pass (one per sandbox) plays `--episodes` GridSim train days, `--concurrency` at a time, with
-`agentrl.agents.tool_calling.play_episode` against a session server (`python -m agentrl.inference.serve`, a
+`agentrl.agents.episode.play_episode` against a session server (`python -m agentrl.inference.serve`, a
 subprocess, over the tiny model or `--model PATH`) and an env server (`python -m agentrl.envs.serve`, a subprocess).
 Faults, on a schedule:
 
@@ -279,7 +279,7 @@ async def play_all(args: argparse.Namespace, rep: PassReport, model_url: str, se
     """Play the pass's episodes, injecting the server kill and (docker) the container kills on schedule."""
     import httpx
 
-    from agentrl.agents.tool_calling import play_episode
+    from agentrl.agents.episode import play_episode
     from agentrl.config.agent import ToolCallingAgentConfig
 
     n, train = rep.episodes, 2000

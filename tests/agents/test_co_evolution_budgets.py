@@ -51,7 +51,7 @@ async def test_rewriters_over_the_context_budget_are_flagged_before_any_call(ari
     assert all(o.failure == Failure.OVER_BUDGET and o.turns == 0 and o.reward == 0.0 for o in rewriters)
     assert all(o.early_exit and o.weight == 0.8 for o in outs)  # no selected answer: weighted as incorrect
     assert group_drop_reason(rewriters) == FAILED and group_drop_reason(solvers) != FAILED
-    assert outcome_of(outs).reward == 0.0  # eval: a play that selected nothing scores 0
+    assert outcome_of(outs).score == 0.0  # eval: a play that selected nothing scores 0
 
 
 async def test_every_turn_asks_for_at_most_max_response_tokens_and_a_cut_reply_is_flagged(arith_url):
@@ -121,7 +121,7 @@ async def test_selection_by_answer_is_graded_by_the_env(arith_url):
     rewrites = [o for o in outs if o.role == "rewriter"]
     assert judge.scores == {"correct": 1.0} and judge.reward == pytest.approx(1.2)
     assert rewrites[judge.details["selected"]].answer == f"\\boxed{{{LABEL}}}"
-    assert outcome_of(outs).reward == 1.0 and outcome_of(outs).role == "selector"
+    assert outcome_of(outs).score == 1.0 and outcome_of(outs).role == "selector"
     by_role = role_metrics([outs], "eval")
     assert by_role["eval/reward_solver"] == 0.0 and by_role["eval/reward_rewriter"] == pytest.approx(1 / N)
     assert by_role["eval/reward_selector"] == 1.0
@@ -137,7 +137,7 @@ def test_restated_matches_final_answers_and_tool_calls():
 
 
 def test_tool_calling_eval_outcome_is_its_one_rollout():
-    only = Rollout(role="agent", reward=0.7)
+    only = Rollout(role="agent", score=0.7, reward=0.7)
     assert outcome_of([only]) is only and role_metrics([[only]], "eval") == {}
 
 

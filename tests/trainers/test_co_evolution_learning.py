@@ -148,7 +148,7 @@ def test_co_evolution_selected_answer_learns_toy_task(tmp_path) -> None:
                 plays: dict[str, list] = {}
                 for r in (r for g in groups for r in g):
                     plays.setdefault(r.play_id, []).append(r)
-                curve.append(sum(outcome_of(p).reward for p in plays.values()) / len(plays))
+                curve.append(sum(outcome_of(p).score for p in plays.values()) / len(plays))
                 passed = [g for g in groups if group_drop_reason(g) is None]  # the trainer's row filter
                 kept_groups += len(passed)
                 kept = [r for g in passed for r in g]

@@ -10,8 +10,8 @@ from agentrl.envs.bundles import load_bundle
 from agentrl.trainers.evaluate import eval_line, reward_metrics
 
 
-def _played(reward: float, **task: object) -> SimpleNamespace:
-    return SimpleNamespace(reward=reward, row={"metadata": {"task": task}})
+def _played(score: float, **task: object) -> SimpleNamespace:
+    return SimpleNamespace(score=score, row={"metadata": {"task": task}})
 
 
 def test_gridsim_breaks_its_eval_down_by_battery_duration() -> None:
