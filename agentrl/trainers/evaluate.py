@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from agentrl.agents.record import Rollout
 from agentrl.config.sampling import Sampling
+from agentrl.config.schema import RunConfig
 from agentrl.trainers.rollout import make_row
 
 
@@ -122,15 +123,15 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
     return metrics, played
 
 
-def trainer_eval(services: Any, bundle: Any, cfg: Any, step: int, *, sampling: Sampling, greedy: bool,
+def trainer_eval(services: Any, bundle: Any, settings: RunConfig, step: int, *, sampling: Sampling, greedy: bool,
                  times: dict[str, float], history: dict[str, list[tuple[int, float]]]) -> dict[str, float]:
     """A trainer's eval at `step`, sampled as training samples (the plan's `sampling`) or greedy-decoded:
-    the same call for every backend, so `eval/*` compares across them. Adds its seconds to `times["eval"]`
-    and a sampled eval's reward to `history["eval/reward"]`."""
+    the same call for every backend, so `eval/*` compares across them. `settings` is the run's typed config
+    (`Plan.settings`). Adds its seconds to `times["eval"]` and a sampled eval's reward to `history["eval/reward"]`."""
     started = time.monotonic()
-    metrics, _ = evaluate(services, bundle, cfg.env.eval_split, limit=cfg.trainer.eval_limit,
+    metrics, _ = evaluate(services, bundle, settings.env.eval_split, limit=settings.trainer.eval_limit,
                           sampling=sampling.greedy_copy() if greedy else sampling,
-                          seed_parts=(cfg.seed, step), prefix="eval_greedy" if greedy else "eval", step=step)
+                          seed_parts=(settings.seed, step), prefix="eval_greedy" if greedy else "eval", step=step)
     seconds = time.monotonic() - started
     times["eval"] += seconds
     if not greedy:
