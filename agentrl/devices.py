@@ -30,66 +30,74 @@ def resolve_device(name: str, where: str) -> torch.device:
     return device
 
 
-def train_device(cfg: Any) -> torch.device:
+def _option(settings: Any, group: str, key: str, default: Any = None) -> Any:
+    """`settings.<group>.<key>`, or `default` where the group's schema has no such key (e.g. trainer=miles has no
+    `trainer.device`, SGLang no `inference.device`). `settings` is the plan's typed config; a DictConfig reads
+    the same."""
+    node = getattr(settings, group, None)
+    value = getattr(node, key, default) if node is not None else default
+    return default if value is None else value
+
+
+def train_device(settings: Any) -> torch.device:
     """The device the built-in trainers train on.
 
     `trainer.device` when set; with "auto" (the default), the embedded engine's device, so generation and
     training share the GPU; with SGLang serving (no engine device), the first GPU when there is one.
     """
-    want = str(cfg.trainer.get("device", "auto") or "auto")
+    want = str(_option(settings, "trainer", "device", "auto") or "auto")
     if want != "auto":
         return resolve_device(want, "trainer.device")
-    return _engine_device(cfg) or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return _engine_device(settings) or torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _engine_device(cfg: Any) -> torch.device | None:
+def _engine_device(settings: Any) -> torch.device | None:
     """The embedded engine's device (None for an engine without one, e.g. SGLang)."""
-    name = cfg.get("inference", {}).get("device")
+    name = _option(settings, "inference", "device")
     return resolve_device(str(name), "inference.device") if name else None
 
 
-def check_devices(cfg: Any) -> None:
+def check_devices(settings: Any) -> None:
     """Raise `DeviceError` now for a device the run would fail on later (the engine's, the trainer's), or a
     `model.dtype` the training device cannot run."""
-    _engine_device(cfg)
-    if "device" in cfg.get("trainer", {}):
-        device = train_device(cfg)
-        if str(cfg.get("model", {}).get("dtype", "float32")) == "bfloat16" and device.type == "cuda" \
+    _engine_device(settings)
+    if _option(settings, "trainer", "device") is not None:
+        device = train_device(settings)
+        if str(_option(settings, "model", "dtype", "float32")) == "bfloat16" and device.type == "cuda" \
                 and not torch.cuda.is_bf16_supported():
             raise DeviceError(f"model.dtype=bfloat16 but the GPU {torch.cuda.get_device_name(device)} has no bf16 "
                               "support: use model.dtype=float32")
-    _threads(cfg)
+    _threads(settings)
 
 
-def _threads(cfg: Any) -> int:
-    threads = int(cfg.get("trainer", {}).get("threads", 0) or 0)
+def _threads(settings: Any) -> int:
+    threads = _option(settings, "trainer", "threads", 0)
     if threads < 0:
         raise DeviceError(f"trainer.threads={threads}: use a positive count, or 0 for torch's default")
     return threads
 
 
-def set_threads(cfg: Any) -> int:
+def set_threads(settings: Any) -> int:
     """Apply `trainer.threads` (torch's CPU threads for this process; 0 or absent: leave torch's default).
 
     Returns the thread count in effect. A tiny model gains nothing from several threads per matmul, and on a
     small box they compete with the env server and the session server, which share this process.
     """
-    threads = _threads(cfg)
+    threads = _threads(settings)
     if threads:
         torch.set_num_threads(threads)
     return torch.get_num_threads()
 
 
-def describe_threads(cfg: Any) -> str:
+def describe_threads(settings: Any) -> str:
     """The plan's `threads` line: torch's CPU threads for the warm start and for the trainer's loop, and how
     OpenMP's idle threads wait (spinning threads fight any other job on a small box)."""
-    t = cfg.get("trainer", {})
     default = torch.get_num_threads()  # torch's default here: one per core, unless OMP_NUM_THREADS says otherwise
-    loop = _threads(cfg) or default
-    source = "trainer.threads" if _threads(cfg) else "torch's default"
+    loop = _threads(settings) or default
+    source = "trainer.threads" if _threads(settings) else "torch's default"
     parts = []
-    ws = t.get("warm_start") or {}
-    if ws.get("enabled") and not ws.get("checkpoint"):
+    ws = _option(settings, "trainer", "warm_start")
+    if ws is not None and ws.enabled and not ws.checkpoint:
         parts.append(f"warm start {default} (torch's default, {os.cpu_count()} cores)")
     parts.append(f"trainer {loop} ({source})")
     policy = os.environ.get("OMP_WAIT_POLICY", "")

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import os
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentrl.tracking.liveness import FOUND_DEAD_TAG, DeadRun, Heartbeat, mark_dead_runs, process_tags
+from agentrl.tracking.liveness import (
+    FOUND_DEAD_TAG,
+    DeadRun,
+    Heartbeat,
+    dead_run_note,
+    mark_dead_runs,
+    process_tags,
+)
 from agentrl.tracking.run_names import run_name as make_run_name
+from agentrl.tracking.tracker import DatasetRef
 from agentrl.tracking.uri import resolve_tracking_uri
 
 # Environment variable through which a multirun's parent run reaches its jobs (basic launcher: same process).
@@ -41,24 +47,6 @@ UI_TRAINING_VIEW = "workflowType=machine_learning"
 DESCRIPTION_TAG = "mlflow.note.content"
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DatasetRef:
-    """One split of an env bundle as an MLflow dataset input (the run page's "Datasets")."""
-
-    name: str  # e.g. gridsim
-    context: str  # the role the run gives it: train or eval
-    split: str
-    rows: int
-    version: str = ""
-    source: str = ""  # where its rows live (a file or folder), for the UI's "source"
-    options: tuple[tuple[str, Any], ...] = ()  # options that change the data (prompt style, ...)
-
-    def digest(self) -> str:
-        """A short content key: same bundle, version, split, size and data options give the same digest."""
-        key = json.dumps([self.name, self.version, self.split, self.rows, list(self.options)], default=str)
-        return hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
 def flatten_params(node: Any, prefix: str = "") -> dict[str, str]:
@@ -380,6 +368,23 @@ class MLflowTracker:
             return None
         base = self.tracking_uri if urlparse(self.tracking_uri).scheme in ("http", "https") else "http://127.0.0.1:5000"
         return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}?{UI_TRAINING_VIEW}"
+
+    def ui_command(self) -> str:
+        """The command that browses this store (`ui_command` of its URI)."""
+        return ui_command(self.tracking_uri)
+
+    def reopen_problem(self, run_id: str) -> str | None:
+        """Why this store cannot reopen run `run_id` (the error's type), None when it can."""
+        try:
+            self.client.get_run(run_id)
+        except Exception as err:  # noqa: BLE001 - MLflow's not-found error; any failure here means: not reopenable
+            return type(err).__name__
+        return None
+
+    def dead_run_notes(self, *, resumable: bool) -> list[str]:
+        """The closing block's lines about the runs of this task that start() found dead."""
+        return [line for dead in self.dead_runs if dead.task == self.task_name
+                for line in dead_run_note(dead, resumable=resumable)]
 
     def finish(self, status: str = "FINISHED") -> None:
         """Close the run (FINISHED, FAILED or KILLED)."""

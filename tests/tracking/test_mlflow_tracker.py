@@ -16,11 +16,11 @@ from agentrl.run import closing_block
 from agentrl.tracking.mlflow_tracker import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
-    DatasetRef,
     MLflowTracker,
     artifact_root,
     flatten_params,
 )
+from agentrl.tracking.tracker import DatasetRef
 
 
 def _cfg():

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentrl.envs.gridsim.prices import Rng
+from agentrl.envs.seeded_rng import Rng
 
 GENERATOR_VERSION = "arith-v1"
 SPLIT_SIZES = {"train": 3000, "eval": 300}

@@ -8,10 +8,10 @@ regenerated bit for bit on any Python 3.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import math
-import random
-from collections.abc import Sequence
+
+# Rng lives in a neutral envs module (arith draws from it too; sibling bundles never import each other).
+from agentrl.envs.seeded_rng import Rng
 
 SEASONS = ("winter", "spring", "summer", "fall")
 _MONTH_SEASON = {12: "winter", 1: "winter", 2: "winter", 3: "spring", 4: "spring", 5: "spring",
@@ -50,52 +50,6 @@ _COMPONENT_SIGMA = (0.3, 0.6, 0.35, 0.5)  # N, M, S, E
 AR_PHI = 0.6
 AR_SIGMA = 0.05
 PRICE_MIN, PRICE_MAX = -250.0, 5000.0
-
-
-class Rng:
-    """Distributions on top of `random.Random.random()` only (its stream is stable across Pythons)."""
-
-    def __init__(self, seed: int) -> None:
-        self._r = random.Random(seed)
-        self.random = self._r.random
-
-    @classmethod
-    def from_key(cls, key: str) -> Rng:
-        """The RNG for a string key: seed = first 8 bytes of sha256(key), little endian."""
-        return cls(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"))
-
-    def uniform(self, lo: float, hi: float) -> float:
-        return lo + (hi - lo) * self.random()
-
-    def normal(self) -> float:
-        # Box-Muller, one draw per call (no cached second value, so the stream is a pure function of calls).
-        u1 = 1.0 - self.random()
-        return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * self.random())
-
-    def lognormal(self, sigma: float) -> float:
-        return math.exp(sigma * self.normal())
-
-    def randint(self, lo: int, hi: int) -> int:
-        """Uniform integer in [lo, hi]."""
-        return lo + min(int(self.random() * (hi - lo + 1)), hi - lo)
-
-    def bernoulli(self, p: float) -> bool:
-        return self.random() < p
-
-    def choice(self, items: Sequence, weights: Sequence[float] | None = None):
-        if weights is None:
-            return items[self.randint(0, len(items) - 1)]
-        x = self.random() * sum(weights)
-        for item, w in zip(items, weights, strict=True):
-            x -= w
-            if x < 0:
-                return item
-        return items[-1]
-
-    def shuffle(self, items: list) -> None:
-        for i in range(len(items) - 1, 0, -1):
-            j = self.randint(0, i)
-            items[i], items[j] = items[j], items[i]
 
 
 def season_of(date: dt.date) -> str:
