@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
+VLLM_DTYPES = ("float32", "bfloat16", "float16", "auto")
+
 
 @dataclass
 class InferenceConfig:
@@ -37,3 +39,40 @@ class SGLangInferenceConfig(InferenceConfig):
     launch_timeout: float = 600.0  # seconds
     request_timeout: float = 600.0  # seconds for one generate call
     extra_args: list[str] = field(default_factory=list)  # appended to every launch command
+
+
+@dataclass
+class VLLMInferenceConfig(InferenceConfig):
+    """vLLM OpenAI servers (the CPU build here, CUDA on GPUs): launched from their own venv, or running ones."""
+
+    _target_: str = "agentrl.inference.vllm.VLLMEngine"
+    model_path: str = "${model.path}"  # the weights served (trainers pass their current checkpoint)
+    urls: list[str] = field(default_factory=list)  # running servers (any host); empty: launch num_servers
+    num_servers: int = 1
+    base_port: int = 0  # the first launched server's port (the next ones follow); 0: free ports
+    python: str | None = None  # the vLLM venv's python; null: $AGENTRL_VLLM_PYTHON, else scripts/install_vllm.sh's
+    dtype: str = "float32"
+    enforce_eager: bool = True  # no graph capture: starts faster, and the only mode vLLM's CPU build tests
+    max_model_len: int | None = None  # null: the model's own context
+    kv_cache_gib: int = 1  # the CPU build's KV cache per launched server, GiB (VLLM_CPU_KVCACHE_SPACE)
+    server_env: dict[str, str] = field(default_factory=dict)  # more environment for launched servers
+    weights_dir: str | None = None  # where pushed weights are written; servers on other hosts need it shared
+    launch_timeout: float = 600.0  # seconds for a launched server to answer /health
+    request_timeout: float = 600.0  # seconds for one generate call
+    health_every_s: float = 1.0  # how often each server's /health is asked (a dead one is named within seconds)
+    restart: bool = False  # a launched server that dies is started again (with the current weights)
+    extra_args: list[str] = field(default_factory=list)  # appended to every launch command
+
+    def __post_init__(self) -> None:
+        if self.num_servers < 1:
+            raise ValueError(f"inference.num_servers must be >= 1, got {self.num_servers}")
+        if self.kv_cache_gib < 1:
+            raise ValueError(f"inference.kv_cache_gib must be >= 1 (GiB), got {self.kv_cache_gib}")
+        if not self.health_every_s > 0:
+            raise ValueError(f"inference.health_every_s must be > 0, got {self.health_every_s}")
+        if self.dtype not in VLLM_DTYPES:
+            raise ValueError(f"inference.dtype must be one of {VLLM_DTYPES}, got {self.dtype!r}")
+        if self.restart and self.urls:
+            raise ValueError("inference.restart=true restarts servers agentrl launched; with inference.urls the "
+                             "servers are someone else's: restart them there")
+

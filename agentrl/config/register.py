@@ -39,6 +39,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "inference": {
         "embedded": inference.EmbeddedInferenceConfig,
         "sglang": inference.SGLangInferenceConfig,
+        "vllm": inference.VLLMInferenceConfig,
     },
     "sandbox": {"local": sandbox.LocalSandboxConfig, "docker": sandbox.DockerSandboxConfig},
     "logger": {"mlflow": logger.MLflowLoggerConfig},

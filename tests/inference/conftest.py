@@ -79,12 +79,12 @@ def build_tokenizer(folder: Path):
     return fast
 
 
-def _config(vocab: int, hidden: int, layers: int):
+def _config(vocab: int, hidden: int, layers: int, head_dim: int = 16):
     from transformers import Qwen3Config
 
     return Qwen3Config(
         vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=1024,
         tie_word_embeddings=False, eos_token_id=None, pad_token_id=None, bos_token_id=None,
     )
 
@@ -102,11 +102,12 @@ def make_random_model(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-def make_scripted_model(folder: Path, script: tuple[str, ...]) -> Path:
+def make_scripted_model(folder: Path, script: tuple[str, ...], head_dim: int = 16) -> Path:
     """A Qwen3 whose sampled reply after '<|im_start|>assistant\\n' is `"".join(script)` then <|im_end|>.
 
     Each piece of `script` that is a whole token of the tokenizer (a special token or a phrase) is
     emitted as that one token, so a phrase may hold text such as '<tool_call>' that encoding would split.
+    `head_dim` 32 suits vLLM's CPU attention (it has no 16).
     """
     from transformers import Qwen3ForCausalLM
 
@@ -120,7 +121,7 @@ def make_scripted_model(folder: Path, script: tuple[str, ...]) -> Path:
     if len(nexts) != len(chain) - 1:
         raise ValueError(f"script tokens repeat, a bigram chain cannot follow it: {script!r}")
     vocab = len(tok)
-    model = Qwen3ForCausalLM(_config(vocab, vocab, 1))
+    model = Qwen3ForCausalLM(_config(vocab, vocab, 1, head_dim))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(("o_proj.weight", "down_proj.weight", "lm_head.weight")):

