@@ -130,6 +130,11 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # Trainers are constructed by run.py with the whole plan, so only their class is resolved here; the model
     # and the engine are made by the trainer, but a key their factories do not take fails now.
     trainer_cls = import_target(cfg.trainer, "trainer")
+    from agentrl.trainers.protocol import missing_members  # torch loads only once a plan is built
+
+    if missing := missing_members(trainer_cls):
+        raise PlanError(f"trainer._target_={cfg.trainer._target_} is not a trainer: it lacks {', '.join(missing)} "
+                        "(agentrl.trainers.protocol.Trainer; inherit TrainerBase for the defaults)")
     # The schemas' own checks (__post_init__: e.g. trainer.loss and its companions, or a choice Miles
     # cannot apply) run on the composed values here: Hydra's overrides never construct the dataclass.
     try:
@@ -138,11 +143,11 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     except ValueError as exc:
         raise PlanError(str(exc)) from exc
     # A backend's own refusals (e.g. a setting TRL lacks) fail here too, before anything starts.
-    if callable(check := getattr(trainer_cls, "plan_problem", None)) and (problem := check(cfg)):
+    if problem := trainer_cls.plan_problem(cfg):
         raise PlanError(problem)
     # Miles reads model.path on its own (GPU) machines and checks it there (`MilesTrainer.preflight`): a dry run
     # on a laptop must still print the command.
-    notes = [] if getattr(trainer_cls, "checks_model_itself", False) else check_model(cfg)
+    notes = [] if trainer_cls.checks_model_itself else check_model(cfg)
     resolve_target(cfg.inference, "inference")
     from agentrl.devices import DeviceError, check_devices  # torch loads only once a plan is built
 
@@ -177,9 +182,9 @@ def plan_resume(cfg: DictConfig, choices: dict[str, str | None], trainer_cls: ty
     asked = resume_mode(cfg.trainer.get("resume"))
     if asked is None:
         return None
-    kind = getattr(trainer_cls, "checkpoint_kind", None)
+    kind = trainer_cls.checkpoint_kind
     if kind is None:
-        if asked == "latest" and getattr(trainer_cls, "resumes_itself", False):
+        if asked == "latest" and trainer_cls.resumes_itself:
             return None  # e.g. Miles: its own --load of its save folder
         raise PlanError(f"trainer.resume={asked}: trainer {choices.get('trainer') or trainer_cls.__name__} does not "
                         "resume (the built-in grpo and trl do; miles takes trainer.resume=latest only)")

@@ -20,6 +20,7 @@ from agentrl.plan import Plan, PlanError, build_plan
 from agentrl.tracking.liveness import dead_run_note
 from agentrl.tracking.mlflow_tracker import DatasetRef, ui_command
 from agentrl.trainers.dependency import DependencyLost
+from agentrl.trainers.protocol import Trainer
 
 log = logging.getLogger("agentrl")
 
@@ -57,12 +58,6 @@ def dataset_refs(plan: Plan) -> list[DatasetRef]:
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
-
-
-def trainer_notes(trainer: Any) -> str:
-    """The closing block's lines the trainer adds (steps that made no update); '' when it has none."""
-    watch = getattr(trainer, "no_update", None)
-    return "\n".join(watch.closing_lines()) if watch is not None else ""
 
 
 def _value(metrics: dict[str, Any], key: str) -> float | None:
@@ -166,8 +161,8 @@ def run(cfg: DictConfig) -> float | None:
         mark_resume(tracker, plan, run_dir)
     print(plan.describe(tracker.tracking_uri), flush=True)
     if cfg.dry_run:
-        if hasattr(plan.trainer_cls, "dry_run_report"):  # e.g. Miles: the exact command it would launch
-            print(plan.trainer_cls.dry_run_report(cfg, plan), flush=True)
+        if report := plan.trainer_cls.dry_run_report(cfg, plan):  # e.g. Miles: the exact command it would launch
+            print(report, flush=True)
         apart = " (kept apart from the real runs)" if tracker.experiment != cfg.logger.experiment else ""
         print(f"dry run: composed, validated and instantiated; MLflow run {tracker.run_id} "
               f"in experiment {tracker.experiment}{apart}", flush=True)
@@ -176,7 +171,7 @@ def run(cfg: DictConfig) -> float | None:
 
     status = "FAILED"
     metrics: dict[str, Any] = {}
-    trainer: Any = None
+    trainer: Trainer | None = None
     try:
         trainer = plan.trainer_cls(cfg, plan=plan, tracker=tracker)
         metrics = trainer.fit() or {}
@@ -190,8 +185,8 @@ def run(cfg: DictConfig) -> float | None:
     finally:
         tracker.finish(status)
         print(closing_block(status=status, run_dir=run_dir, tracker=tracker, metrics=metrics,
-                            resumable=getattr(plan.trainer_cls, "checkpoint_kind", None) is not None,
+                            resumable=plan.trainer_cls.checkpoint_kind is not None,
                             wall_s=time.monotonic() - started), flush=True)
-        if notes := trainer_notes(trainer):  # the block's last lines: what the trainer saw go wrong
-            print(notes, flush=True)
+        if trainer is not None and (notes := trainer.closing_lines()):  # what the trainer saw go wrong
+            print("\n".join(notes), flush=True)
     return _value(metrics, "eval/reward")

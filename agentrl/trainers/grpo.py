@@ -1,32 +1,42 @@
 """`trainer=grpo`: group-relative policy optimization on one machine.
 
-A step reads top to bottom (`_train_step`): draw rows -> play them (`RolloutRunner`: agent, reward group) ->
-filter groups (`agentrl.rewards.group_drop_reason`) -> advantages and one AdamW step per trained policy
-(`policies.step_policies`) -> push each policy's weights to its engine. The policies are one list: the shared
-`main` (from the warm start, `warm_start.py`) and a policy per role model (`policies.py`).
+A step (`train_step`) is six verbs: draw rows -> play them (`RolloutRunner`: agent, reward group) -> filter the
+groups (`agentrl.group_filter`; dropped groups are replaced by new rows, `step_parts.fill_step`) -> advantages
+-> update (one AdamW step per trained policy) -> push each policy's weights to its engine (`policies.py`). The
+first three make a `StepBatch`, played one step ahead (`play_ahead.py`); the step reports a `StepStats`.
 
-Setup (`_setup`): the start folder, the policies and their learners, the engine + session server + env server
-(`services.py`), and on resume the checkpoint's state. Train (`fit`): evaluations before the first step, every
-`eval_every` steps and at the end (plus a greedy-decoded one). Cleanup: the final model logged, the reward
-curve PNG, and the services stopped whatever happened.
+How the default (`conf/trainer/grpo.yaml` over `GRPOTrainerConfig`) departs from vanilla GRPO (DeepSeekMath):
+- One step off-policy (`off_policy_steps=1`): step n+1 is played while step n trains, so its plays start on the
+  weights step n trained from (`rollout/weight_lag` about 1). `off_policy_steps=0` plays each step on the newest.
+- Truncated importance sampling (`tis_cap=2`): the ratio is taken against the learner's own logprob at the
+  step's start, each token weighted by min(learner / engine probability, 2), which corrects that staleness and
+  the engine's numeric difference from the learner (`grpo_math.py`).
+- One optimizer step per batch (no PPO epochs), no reference model and no KL penalty (`kl_coef=0`).
+- The loss `grpo` is token-level (summed over the step's model tokens, divided by their count: DAPO's
+  normalization, not a per-sample mean), clipped at 0.2 / 0.2; advantages `group_norm`, (r - mean) / std.
+- Groups that teach nothing are dropped, not trained at zero advantage: all rewards equal (`drop_no_signal`) or
+  a failed rollout (`model_failures=drop`); new rows replace them, up to `max_extra_rows` more a step.
+
+Setup: the start folder (the warm start, `warm_start.py`, or a resumed checkpoint), the policies (the shared
+`main` and a policy per role model, `policies.py`) and their learners, the engine + session server + env server
+(`services.py`). `fit()`: evaluations before the first step, every `eval_every` steps and at the end (plus a
+greedy-decoded one), checkpoints every `checkpoint_every`. Cleanup: the services stopped and the reward curves
+drawn, whatever happened.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig
 
-from agentrl.agents.base import multi_agent_metrics
 from agentrl.agents.record import Rollout
 from agentrl.console import progress
 from agentrl.devices import set_threads, train_device
@@ -35,110 +45,51 @@ from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.evaluate import step_line, trainer_eval
 from agentrl.trainers.health import HealthWatch
 from agentrl.trainers.no_update import NoUpdateWatch
+from agentrl.trainers.play_ahead import PlayAhead
 from agentrl.trainers.plots import reward_curves
-from agentrl.trainers.policies import MAIN, Policy, load_learners, main_policy, plan_policies, step_policies
+from agentrl.trainers.policies import (
+    MAIN,
+    Policy,
+    advantages,
+    load_learners,
+    main_policy,
+    plan_policies,
+    push_policies,
+    update_policies,
+)
+from agentrl.trainers.protocol import TrainerBase
 from agentrl.trainers.resume import AGENTRL, checkpoint_record
 from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
+from agentrl.trainers.step_parts import RowStream, checkpoint_root, fill_step, weight_lag
+from agentrl.trainers.step_products import StepBatch, StepStats, StepTimes
 from agentrl.trainers.warm_start import warm_start_path
 
 log = logging.getLogger(__name__)
 
 
-class RowStream:
-    """Train-row indices: a fresh seeded permutation every epoch, read through a cursor (saved in checkpoints)."""
-
-    def __init__(self, count: int, seed: int, cursor: int = 0) -> None:
-        self.count, self.seed, self.cursor = count, seed, cursor
-        self._epoch, self._order = -1, []
-
-    def next(self) -> int:
-        epoch, pos = divmod(self.cursor, self.count)
-        if epoch != self._epoch:
-            self._order = list(range(self.count))
-            random.Random(self.seed * 1_000_003 + epoch).shuffle(self._order)
-            self._epoch = epoch
-        self.cursor += 1
-        return self._order[pos]
-
-
-def fill_step(draw: Callable[[], int], play: Callable[[list[int], int], list[list[Rollout]]], *, want: int,
-              budget: int, drop: Callable[[list[Rollout]], str | None]
-              ) -> tuple[list[list[Rollout]], list[Rollout], Counter[str], int]:
-    """Draw and play rows until `want` groups pass the filter (`drop` returns None) or `budget` rows were drawn.
-
-    Returns (kept groups, every rollout played, dropped groups by reason, rows drawn). Each round draws only as
-    many rows as groups are still missing, so a step never trains on more than `want` groups.
-    """
-    kept: list[list[Rollout]] = []
-    seen: list[Rollout] = []
-    dropped: Counter[str] = Counter()
-    drawn = attempt = 0
-    while len(kept) < want and drawn < budget:
-        indices = [draw() for _ in range(min(want - len(kept), budget - drawn))]
-        drawn += len(indices)
-        for group in play(indices, attempt):
-            seen += group
-            reason = drop(group)
-            if reason is None:
-                kept.append(group)
-            else:
-                dropped[reason] += 1
-        attempt += 1
-    return kept, seen, dropped, drawn
-
-
-def checkpoint_root(cfg: DictConfig, run_id: str | None) -> Path:
-    """`trainer.checkpoint_path`, else `<paths.checkpoint_dir>/<task_name>/<run id>`."""
-    if cfg.trainer.get("checkpoint_path"):
-        return Path(cfg.trainer.checkpoint_path)
-    return Path(cfg.paths.checkpoint_dir) / cfg.task_name / (run_id or "no-run")
-
-
-def rollout_metrics(seen: list[Rollout]) -> dict[str, float]:
-    """A step's rollout metrics: train reward, flagged shares by failure, invalid calls, model tokens."""
-    n = max(len(seen), 1)
-    flagged = Counter(r.failure.value for r in seen if r.failure is not None)
-    metrics = {"train/reward": sum(r.reward for r in seen) / n, "rollout/flagged": sum(flagged.values()) / n,
-               "rollout/invalid_tool_calls": sum(r.invalid_calls for r in seen) / n,
-               "rollout/model_tokens": float(sum(r.model_tokens for r in seen))}
-    metrics.update({f"rollout/flagged/{k}": v / n for k, v in flagged.items()})
-    if any(r.role != "agent" for r in seen):
-        metrics.update(multi_agent_metrics(seen))
-    return metrics
-
-
-def weight_lag(played: list[Rollout], engine: Any) -> dict[str, float]:
-    """`rollout/weight_lag`: how many weight versions behind the engine's current one the shared policy's
-    trained turns were sampled (0 when played then trained; about 1 with `off_policy_steps=1`)."""
-    now = getattr(engine, "weight_version", None)
-    versions = [v for r in played if r.policy == MAIN and r.sample is not None
-                for v in r.sample.metadata.get("weight_versions", ()) if v is not None]
-    return {"rollout/weight_lag": now - sum(versions) / len(versions)} if now is not None and versions else {}
-
-
-class GRPOTrainer:
+class GRPOTrainer(TrainerBase):
     """The built-in GRPO trainer (see the module docstring for the step)."""
 
     checkpoint_kind = AGENTRL  # what trainer.resume resolves to at plan time (resume.py): step-NNNNNN/state.pt
 
     def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
-        self.t = cfg.trainer
-        if int(self.t.samples_per_prompt) < 2:
+        self.settings = plan.settings  # the typed config (`RunConfig`): what this trainer reads
+        self.t = t = self.settings.trainer
+        if t.samples_per_prompt < 2:
             raise ValueError("trainer.samples_per_prompt must be at least 2: GRPO compares samples within a group")
         # One policy per distinct role model (checked here, so a bad path fails before any setup); the shared
-        # policy `main` joins them in _setup, once its start folder is known.
-        self.policies: list[Policy] = plan_policies(cfg.agent.get("roles"))
+        # policy `main` joins them in setup, once its start folder is known. Only multi-role patterns have roles.
+        self.policies: list[Policy] = plan_policies(getattr(self.settings.agent, "roles", None))
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
-        self.streak = FailureStreak(int(self.t.max_drops_in_a_row))
+        self.streak = FailureStreak(t.max_drops_in_a_row)
         self.times: Counter[str] = Counter()  # wall seconds: warm_start, train, eval
-        self.health = HealthWatch(cfg.agent.get("health"))  # the recipe's healthy ranges, judged at the end
-        self.no_update = NoUpdateWatch(penalize=self.t.model_failures == "drop")  # steps that trained nothing
-        # off_policy_steps=1: the next step's collection, played on one background thread while this step trains
-        self.prefetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentrl-rollouts")
-        self.ahead: concurrent.futures.Future | None = None
-        self.saved_cursor = 0
+        self.health = HealthWatch(self.settings.agent.health)  # the recipe's healthy ranges, judged at the end
+        self.no_update = NoUpdateWatch(penalize=t.model_failures == "drop")  # steps that trained nothing
+        self.ready: PlayAhead[StepBatch] | None = None  # the step batches, played one ahead (setup)
+        self.services: Any = None
+        self.trained_cursor = 0  # the row cursor after the last trained step's draws: what a checkpoint saves
 
     @property
     def main(self) -> Policy:
@@ -155,17 +106,17 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ setup
 
-    def _setup(self) -> int:
-        """Build everything; returns the first step to run (1, or the step after the resumed checkpoint)."""
-        cfg, t = self.cfg, self.t
-        torch.manual_seed(int(cfg.seed))
-        random.seed(int(cfg.seed))
-        self.root = checkpoint_root(cfg, self.tracker.run_id)
+    def setup(self, plan: Any) -> int:
+        """Build everything `plan` asks for; returns the first step to run (1, or the one after the checkpoint)."""
+        self.plan, s, cfg = plan, self.settings, self.cfg
+        torch.manual_seed(s.seed)
+        random.seed(s.seed)
+        self.root = checkpoint_root(s, self.tracker.run_id)
         # The plan resolved and checked trainer.resume (latest, a run id or a folder); None: a fresh start.
-        resume_from = getattr(getattr(self.plan, "resume", None), "checkpoint", None)
-        self.record = checkpoint_record(cfg, getattr(self.plan, "choices", {}), self.tracker.run_id)
+        resume_from = plan.resume.checkpoint if plan.resume is not None else None
+        self.record = checkpoint_record(cfg, plan.choices, self.tracker.run_id)
         started = time.monotonic()
-        start_path = str(resume_from / "model") if resume_from else warm_start_path(cfg, self.plan, self.tracker)
+        start_path = str(resume_from / "model") if resume_from else warm_start_path(cfg, plan, self.tracker)
         self.times["warm_start"] += time.monotonic() - started
         self.policies = [main_policy(start_path), *(p for p in self.policies if p.name != MAIN)]
         # After the warm start: SFT's large batches want every core, the rollout loop may want fewer.
@@ -175,12 +126,12 @@ class GRPOTrainer:
         for p in self.policies:  # a trained role model resumes from the checkpoint's copy
             if resume_from and p.trainable and p.name != MAIN:
                 p.path = str(ckpt.policy_path(resume_from, p.name))
-        load_learners(t, self.policies, device, cfg.model)
-        self.rows = RowStream(self.plan.bundle.splits()[cfg.env.train_split], int(cfg.seed))
-        first = 1
-        if resume_from is not None:
-            first = self._restore(resume_from)
-        self.services = start_services(cfg, self.plan, start_path, self.policies)
+        load_learners(cfg.trainer, self.policies, device, cfg.model)  # TODO(#28): learner.py reads the DictConfig
+        self.rows = RowStream(plan.bundle.splits()[s.env.train_split], s.seed)
+        first = self._restore(resume_from) if resume_from is not None else 1
+        self.trained_cursor = self.rows.cursor
+        self.services = start_services(cfg, plan, start_path, self.policies)
+        self.ready = PlayAhead(self._play_step, first=first, last=self.t.steps, overlap=self.t.off_policy_steps > 0)
         return first
 
     def _restore(self, checkpoint: Path) -> int:
@@ -199,142 +150,138 @@ class GRPOTrainer:
         print(f"resuming from {checkpoint} at step {int(state['step']) + 1}", flush=True)
         return int(state["step"]) + 1
 
-    # ------------------------------------------------------------------ train
+    # ------------------------------------------------------------------ the step
 
-    def _drop(self, group: list[Rollout]) -> str | None:
+    def train_step(self, step: int) -> StepStats:
+        """One step: its plays (draw -> play -> filter, made one step ahead under off_policy_steps=1, while the
+        previous step trained), then advantages -> update -> push. Waits only for what the plays did not hide."""
+        if self.ready is None:
+            raise RuntimeError("GRPOTrainer.train_step before setup(plan)")
+        began = time.monotonic()
+        batch = next(self.ready)  # rows = draw(); groups = play(rows); kept = filter(groups)
+        waited = time.monotonic()
+        lag = weight_lag(batch.played, self.services.engine.weight_version)  # before this step's push
+        samples = advantages(self.policies, batch.trained)
+        update = update_policies(samples, step)
+        updated = time.monotonic()
+        push_s = push_policies(samples, self.services.policy_engines)
+        self.trained_cursor = batch.row_cursor  # a checkpoint of this step resumes here, not past the next plays
+        times = StepTimes(generate_wait_s=waited - began, train_s=updated - waited, weight_push_s=push_s,
+                          step_s=time.monotonic() - began)
+        stats = StepStats(step, batch, update, times, extra={**lag, **self.plan.bundle.metrics()})
+        self.history["train/reward"].append((step, stats.reward))
+        return stats
+
+    def _play_step(self, step: int) -> StepBatch:
+        """Draw rows, play them and filter the groups until `prompts_per_step` pass (or `max_extra_rows` more
+        rows were drawn): `fill_step`. Runs on the play-ahead thread under off_policy_steps=1."""
+        t, s, svc = self.t, self.settings, self.services
+        began, version = time.monotonic(), svc.engine.weight_version
+
+        def play(indices: list[int], attempt: int) -> list[list[Rollout]]:
+            rows = [make_row(self.plan.bundle, s.env.train_split, i, svc.env_url, svc.env_settings) for i in indices]
+            return asyncio.run(svc.runner.play_rows(rows, t.samples_per_prompt,
+                                                    request_kwargs=self.plan.sampling.request_kwargs(),
+                                                    seed_parts=(s.seed, step, attempt)))
+
+        kept, played, dropped, drawn = fill_step(self.rows.next, play, want=t.prompts_per_step,
+                                                 budget=t.prompts_per_step + t.max_extra_rows, drop=self._filter)
+        if svc.runner.breaker is not None:  # the console hears of a step that mostly failed
+            svc.runner.breaker.step_done(step, played)
+        return StepBatch(step, kept, played, dropped, drawn, row_cursor=self.rows.cursor, played_from=version,
+                         generate_s=time.monotonic() - began)
+
+    def _filter(self, group: list[Rollout]) -> str | None:
         """The group filter, and the failure streak that stops a run whose rollouts all fail."""
-        reason = group_drop_reason(group, drop_no_signal=bool(self.t.drop_no_signal),
+        reason = group_drop_reason(group, drop_no_signal=self.t.drop_no_signal,
                                    penalize_model_failures=self.t.model_failures == "penalize")
         self.streak.record(reason, failure_cause(group) if reason == FAILED else "")
         return reason
 
-    def _collect(self, step: int) -> tuple[list[list[Rollout]], dict[str, float]]:
-        """Play rows until `prompts_per_step` groups pass the filter (or the extra-row budget runs out)."""
-        t, bundle, svc = self.t, self.plan.bundle, self.services
-        want, budget = int(t.prompts_per_step), int(t.prompts_per_step) + int(t.max_extra_rows)
+    # ------------------------------------------------------------------ the run
 
-        def play(indices: list[int], attempt: int) -> list[list[Rollout]]:
-            rows = [make_row(bundle, self.cfg.env.train_split, i, svc.env_url, svc.env_settings) for i in indices]
-            return asyncio.run(svc.runner.play_rows(rows, int(t.samples_per_prompt),
-                                                    request_kwargs=self.plan.sampling.request_kwargs(),
-                                                    seed_parts=(self.cfg.seed, step, attempt)))
-
-        started = time.monotonic()
-        kept, seen, dropped, drawn = fill_step(self.rows.next, play, want=want, budget=budget, drop=self._drop)
-        if svc.runner.breaker is not None:  # the console hears of a step that mostly failed
-            svc.runner.breaker.step_done(step, seen)
-        metrics = rollout_metrics(seen)
-        metrics["time/generate_s"] = time.monotonic() - started
-        metrics.update({"rollout/groups_dropped": float(sum(dropped.values())), "rollout/rows_drawn": float(drawn),
-                        "rollout/groups_kept": float(len(kept))})
-        metrics.update({f"rollout/groups_dropped/{k}": float(v) for k, v in dropped.items()})
-        return kept, metrics
-
-    def _update(self, played: list[Rollout], step: int | None = None) -> tuple[dict[str, float], float]:
-        """One AdamW step per trained policy on the samples it played, each pushed to its own engine.
-
-        Returns the train metrics (`train/*` for main, `train/<policy>/*` for role models) and the push seconds.
-        """
-        return step_policies(self.policies, played, self.services.policy_engines, step)
-
-    def _train_step(self, step: int) -> dict[str, float]:
-        """One step. With `off_policy_steps=1` the next step's rollouts are played while this one trains: they
-        start on this step's weights (one version stale when trained); the step then waits only for what
-        generation did not hide (`time/generate_wait_s`)."""
-        t0 = time.monotonic()
-        ahead, self.ahead = self.ahead, None
-        groups, metrics = ahead.result() if ahead is not None else self._collect(step)
-        t1 = time.monotonic()
-        self.saved_cursor = self.rows.cursor  # a checkpoint of this step resumes from here, not past the prefetch
-        if int(self.t.off_policy_steps) and step < int(self.t.steps):
-            self.ahead = self.prefetcher.submit(self._collect, step + 1)
-        played = [r for g in groups for r in g]
-        metrics.update(weight_lag(played, self.services.engine))
-        update, push_s = self._update(played, step)
-        metrics.update(update)
-        t2 = time.monotonic() - push_s
-        metrics.update({"time/generate_wait_s": t1 - t0, "time/train_s": t2 - t1, "time/weight_push_s": push_s,
-                        "time/step_s": time.monotonic() - t0,
-                        "perf/generate_tokens_per_s": metrics["rollout/model_tokens"] / max(metrics["time/generate_s"],
-                                                                                           1e-9),
-                        "perf/train_tokens_per_s": metrics.get("train/tokens", 0.0) / max(t2 - t1, 1e-9)})
-        self.history["train/reward"].append((step, metrics["train/reward"]))
-        metrics.update(self.plan.bundle.metrics())  # the bundle's own state, e.g. env/level
-        return metrics
-
-    def _settle(self) -> None:
-        """Let rollouts played ahead finish (kept for the next step): an eval or the shutdown gets a quiet engine."""
-        if self.ahead is not None:
-            concurrent.futures.wait([self.ahead])
-
-    def _evaluate(self, step: int, *, greedy: bool = False) -> dict[str, float]:
-        self._settle()
+    def evaluate(self, step: int, *, greedy: bool = False) -> dict[str, float]:
+        """The eval split at `step` (sampled as training samples, or greedy-decoded), once the plays ahead end."""
+        if self.ready is not None:
+            self.ready.settle()
         return trainer_eval(self.services, self.plan.bundle, self.cfg, step, sampling=self.plan.sampling,
-                            greedy=greedy, times=self.times,
-                            history=self.history)
+                            greedy=greedy, times=self.times, history=self.history)
 
-    def _save(self, step: int) -> None:
+    def save(self, step: int) -> None:
+        """A checkpoint of `step`: every trained policy's model and optimizer, the row cursor, the history."""
         others = [p for p in self.policies if p.learner is not None and p.name != MAIN]
-        state = {"optimizer": self.learner.optimizer.state_dict(), "row_cursor": self.saved_cursor,
+        state = {"optimizer": self.learner.optimizer.state_dict(), "row_cursor": self.trained_cursor,
                  "run_id": self.tracker.run_id, "history": self.history,
                  "policy_optimizers": {p.name: p.learner.optimizer.state_dict() for p in others}}
         ckpt.save(self.root, step, model=self.learner.model, tokenizer=self.tokenizer, state=state,
-                  keep=int(self.t.keep_checkpoints), policies={p.name: (p.learner.model, p.tokenizer) for p in others},
+                  keep=self.t.keep_checkpoints, policies={p.name: (p.learner.model, p.tokenizer) for p in others},
                   record=self.record)
 
     def fit(self) -> dict[str, float]:
-        """Train for `trainer.steps` steps; returns the final metrics (their `eval/reward` is the objective)."""
+        """`setup`, `train_step` for each of `trainer.steps` with evals and checkpoints on their cadence, the
+        closing evals, `cleanup`; returns the final metrics (their `eval/reward` is the objective)."""
         from tqdm import tqdm
 
         t = self.t
-        steps, eval_every, ckpt_every = int(t.steps), int(t.eval_every), int(t.checkpoint_every)
-        first = self._setup()
+        first = self.setup(self.plan)
         final: dict[str, float] = {}
         try:
             if first == 1:
-                self.tracker.log(self._evaluate(0), step=0)
-            bar = tqdm(range(first, steps + 1), initial=first - 1, total=steps, desc="grpo", dynamic_ncols=True)
+                self.tracker.log(self.evaluate(0), step=0)
+            bar = tqdm(range(first, t.steps + 1), initial=first - 1, total=t.steps, desc="grpo", dynamic_ncols=True)
             for step in bar:
                 started = time.monotonic()
-                metrics = self._train_step(step)
+                metrics = self.train_step(step).as_metrics()
                 self.times["train"] += time.monotonic() - started
-                if step == steps or (eval_every and step % eval_every == 0):
-                    metrics.update(self._evaluate(step))
+                if step == t.steps or (t.eval_every and step % t.eval_every == 0):
+                    metrics.update(self.evaluate(step))
                 self.tracker.log(metrics, step=step)
-                progress(step_line("grpo", step, steps, metrics))  # the log file's step progress
+                progress(step_line("grpo", step, t.steps, metrics))  # the log file's step progress
                 self.health.add(metrics)
                 self.no_update.add(step, metrics)
-                if ckpt_every and (step % ckpt_every == 0 or step == steps):
-                    self._save(step)
+                if t.checkpoint_every and (step % t.checkpoint_every == 0 or step == t.steps):
+                    self.save(step)
                 bar.set_postfix(reward=f"{metrics['train/reward']:.3f}",
                                 eval=f"{self.history['eval/reward'][-1][1]:.3f}")
                 final = metrics
-            greedy = self._evaluate(steps, greedy=True)
-            self.tracker.log(greedy, step=steps)
-            final.update(greedy)
-            if "eval/reward" not in final and self.history["eval/reward"]:
-                final["eval/reward"] = self.history["eval/reward"][-1][1]
-            final.update({f"time/{k}_total_s": v for k, v in self.times.items()})
-            health = self.health.metrics()
-            if summary := self.health.summary():  # only when the recipe declares ranges (agent.health)
-                print(summary, flush=True)
-            if health:
-                self.tracker.log(health, step=steps)
-            final.update(health)
-            if no_update := self.no_update.metrics():
-                self.tracker.log(no_update, step=steps)
-                final.update(no_update)
+            final.update(self._closing_metrics())
             self._log_final_model()
         finally:
-            if self.services.runner.breaker is not None:  # plays waiting for a dead dependency give up now
-                self.services.runner.breaker.abandoned.set()
-            self._settle()  # its plays need the services; a failure in them is moot once the run has ended
-            self.prefetcher.shutdown()
-            self.services.close()
-            self._plot()
+            self.cleanup()
         return final
 
+    def _closing_metrics(self) -> dict[str, float]:
+        """After the last step: the greedy-decoded eval, the time totals, the health ranges, the steps without
+        an update (each logged at the last step)."""
+        steps = self.t.steps
+        final = self.evaluate(steps, greedy=True)
+        self.tracker.log(final, step=steps)
+        if self.history["eval/reward"]:
+            final["eval/reward"] = self.history["eval/reward"][-1][1]
+        final.update({f"time/{k}_total_s": v for k, v in self.times.items()})
+        if summary := self.health.summary():  # only when the recipe declares ranges (agent.health)
+            print(summary, flush=True)
+        for extra in (self.health.metrics(), self.no_update.metrics()):
+            if extra:
+                self.tracker.log(extra, step=steps)
+                final.update(extra)
+        return final
+
+    def closing_lines(self) -> list[str]:
+        """The end-of-run block's lines about steps that trained nothing."""
+        return self.no_update.closing_lines()
+
     # ------------------------------------------------------------------ cleanup
+
+    def cleanup(self) -> None:
+        """Stop the plays ahead and the services, draw the reward curves; runs whatever happened."""
+        if self.services is not None:
+            if self.services.runner.breaker is not None:  # plays waiting for a dead dependency give up now
+                self.services.runner.breaker.abandoned.set()
+            if self.ready is not None:
+                self.ready.close()  # its plays need the services; a failure in them is moot once the run ended
+            self.services.close()
+        self._plot()
 
     def _log_final_model(self) -> None:
         """The trained shared policy, as a Hugging Face folder in the run folder and a logged model in MLflow."""
@@ -346,7 +293,7 @@ class GRPOTrainer:
     def _plot(self) -> None:
         try:
             run_dir = Path(self.plan.run_dir)
-            path = reward_curves(self.history, run_dir / "reward_curves.png", title=self.cfg.task_name)
+            path = reward_curves(self.history, run_dir / "reward_curves.png", title=self.settings.task_name)
             self.tracker.log_artifact(path, "plots")
         except Exception:  # noqa: BLE001 - a missing figure must not fail a finished run
             log.exception("could not draw the reward curves")

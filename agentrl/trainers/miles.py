@@ -30,6 +30,7 @@ from agentrl.trainers.miles_args import (
     megatron_model_args,
     rollout_gpus,
 )
+from agentrl.trainers.protocol import TrainerBase
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def _advertised(host: str) -> str:
     return host
 
 
-class MilesTrainer:
+class MilesTrainer(TrainerBase):
     """Runs one Miles training job for the composed config; `fit()` returns the run's final metrics."""
 
     resumes_itself = True  # trainer.resume=latest becomes Miles' --load of its save folder

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.trainers.learner import STEP_METRICS, Algorithm, Learner
+from agentrl.trainers.learner import STEP_METRICS, Algorithm, Learner, TrainItem
 
 MAIN = "main"
 
@@ -102,8 +102,8 @@ def make_learner(t: Any, model: Any, tokenizer: Any) -> Learner:
     return Learner(model, lr=float(t.lr), weight_decay=float(t.weight_decay), grad_clip=float(t.grad_clip),
                    algorithm=Algorithm.from_config(t), temperature=float(t.temperature),
                    micro_batch_samples=int(t.micro_batch_samples), pad_id=tokenizer.pad_token_id or 0,
-                   steps=int(t.steps), lr_warmup_steps=int(t.get("lr_warmup_steps", 0)),
-                   lr_schedule=str(t.get("lr_schedule", "constant")))
+                   steps=int(t.steps), lr_warmup_steps=int(t.lr_warmup_steps),
+                   lr_schedule=str(t.lr_schedule))
 
 
 def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu", model_cfg: Any = None) -> None:
@@ -128,26 +128,37 @@ def metric_prefix(policy: Policy) -> str:
     return "train/" if policy.name == MAIN else f"train/{policy.name}/"
 
 
-def step_policies(policies: Sequence[Policy], played: Sequence[Any], engines: Mapping[str, Any],
-                  step: int | None = None) -> tuple[dict[str, float], float]:
-    """One optimizer step per trainable policy on its own samples, then its weights to its own engine.
+def advantages(policies: Sequence[Policy], played: Sequence[Any]) -> list[tuple[Policy, list[TrainItem]]]:
+    """Each trainable policy's samples of `played` with their advantages (the learner's advantage kind and reward
+    shaping), computed over all of `played`: every role counts in its group whichever model played it."""
+    return [(p, p.learner.items(played, policy=p.name)[0]) for p in policies if p.learner is not None]
 
-    Advantages are computed over all of `played` (every role counts in its group whichever model played it).
+
+def update_policies(batches: Sequence[tuple[Policy, list[TrainItem]]], step: int | None = None) -> dict[str, float]:
+    """One optimizer step per policy on its own samples; the metrics under `metric_prefix(policy)`.
+
     With `step` (1-based), each learner first takes that step's learning rate (`Learner.at_step`, logged as
-    `lr`). Returns the metrics under `metric_prefix(policy)` and the seconds spent pushing weights.
+    `lr`). A policy without samples (every group dropped) logs zeros and `updates` 0 (trainers/no_update.py).
     """
     metrics: dict[str, float] = {}
-    push_s = 0.0
-    for p in policies:
-        if p.learner is None:
-            continue
-        items, _ = p.learner.items(played, policy=p.name)  # the learner's advantage kind and reward shaping
+    for p, items in batches:
         out = dict(_EMPTY_STEP)
         if step is not None:
             out["lr"] = p.learner.at_step(step)
         out.update({k.removeprefix("train/"): v for k, v in p.learner.step(items).items()})
-        out["updates"] = 1.0 if items else 0.0  # 0: every group dropped, nothing trained (trainers/no_update.py)
+        out["updates"] = 1.0 if items else 0.0
         metrics.update({f"{metric_prefix(p)}{k}": v for k, v in out.items()})
-        if items:
-            push_s += p.learner.push(engines[p.name])
-    return metrics, push_s
+    return metrics
+
+
+def push_policies(batches: Sequence[tuple[Policy, list[TrainItem]]], engines: Mapping[str, Any]) -> float:
+    """Each updated policy's weights to its own engine; returns the seconds spent."""
+    return sum(p.learner.push(engines[p.name]) for p, items in batches if items)
+
+
+def step_policies(policies: Sequence[Policy], played: Sequence[Any], engines: Mapping[str, Any],
+                  step: int | None = None) -> tuple[dict[str, float], float]:
+    """`advantages`, `update_policies` and `push_policies` in one call: the metrics and the push seconds."""
+    batches = advantages(policies, played)
+    metrics = update_policies(batches, step)
+    return metrics, push_policies(batches, engines)

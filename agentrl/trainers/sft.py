@@ -31,6 +31,7 @@ from agentrl.fsutil import atomic_dir
 from agentrl.trainers.demonstrations import demonstration_data, role_demonstrations
 from agentrl.trainers.evaluate import evaluate
 from agentrl.trainers.forward import first_loss_column, next_token_logits
+from agentrl.trainers.protocol import TrainerBase
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ def train_sft(model: Any, tokenizer: Any, data: Sequence[tuple[list[int], list[i
     return loss_value
 
 
-class SFTTrainer:
+class SFTTrainer(TrainerBase):
     """Fine-tunes the run's model on the bundle's demonstrations and saves a Hugging Face folder."""
 
     def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:

@@ -21,10 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 from agentrl.console import progress, run_relayed
 from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.evaluate import step_line
-from agentrl.trainers.grpo import checkpoint_root
 from agentrl.trainers.no_update import NoUpdateWatch
 from agentrl.trainers.plots import reward_curves
+from agentrl.trainers.protocol import TrainerBase
 from agentrl.trainers.resume import TRANSFORMERS, checkpoint_record, resumed_history
+from agentrl.trainers.step_parts import checkpoint_root
 from agentrl.trainers.trl_args import (
     TRLConfigError,
     check_config,
@@ -94,8 +95,9 @@ def record(metrics: dict[str, float], step: int, tracker: Any, history: dict[str
             history[key].append((step, float(metrics[key])))
 
 
-class TRLTrainer:
-    """TRL's GRPOTrainer behind agentrl's trainer interface (see the module docstring)."""
+class TRLTrainer(TrainerBase):
+    """TRL's GRPOTrainer behind agentrl's trainer interface (see the module docstring). TRL's loop runs the
+    steps (`fit`); `setup` finds the start folder, `cleanup` draws the reward curves."""
 
     checkpoint_kind = TRANSFORMERS  # trainer.resume resolves to TRL's own checkpoint-N/ (resume_from_checkpoint)
 
@@ -107,6 +109,7 @@ class TRLTrainer:
             raise SystemExit(f"agentrl: {err}") from None
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
         self.no_update = NoUpdateWatch(penalize=False)  # model_failures=penalize is the built-in trainer's only
+        self.start_path, self.resume_from, self.warm_s = "", None, 0.0
 
     @classmethod
     def plan_problem(cls, cfg: DictConfig) -> str | None:
@@ -125,7 +128,8 @@ class TRLTrainer:
         except TRLConfigError as err:
             raise SystemExit(f"agentrl: {err}") from None
         run_dir = Path(plan.run_dir)
-        kwargs = grpo_config_kwargs(cfg, output_dir=checkpoint_root(cfg, "<mlflow-run-id>"), cpu=use_cpu(cfg))
+        kwargs = grpo_config_kwargs(cfg, output_dir=checkpoint_root(plan.settings, "<mlflow-run-id>"),
+                                    cpu=use_cpu(cfg))
         multi = int(cfg.trainer.num_processes) > 1
         lines = [report(kwargs, launch_command(cfg, run_dir / "trl_spec.json") if multi else None),
                  "rollout_func: agentrl.trainers.trl_worker.Bridge (agent "
@@ -138,23 +142,41 @@ class TRLTrainer:
             lines.append(f"warning: before the real run, {err}")
         return "\n".join(lines)
 
-    def fit(self) -> dict[str, float]:
-        """Warm start, then TRL; returns the final metrics (their `eval/reward` is the objective)."""
+    def setup(self, plan: Any) -> int:
+        """The start folder (a resumed TRL checkpoint, or the warm start, made if missing); the first step."""
         require_trl()
-        cfg = self.cfg
+        self.plan = plan
         started = time.monotonic()
         # A resume starts from TRL's checkpoint folder (model and tokenizer); TRL restores the rest from it.
-        resume = getattr(self.plan, "resume", None)
-        resume_from = str(resume.checkpoint) if resume is not None and resume.checkpoint is not None else None
-        if resume_from:
-            print(f"resuming from {resume_from} at step {int(resume.step) + 1}", flush=True)
+        resume = plan.resume
+        self.resume_from = str(resume.checkpoint) if resume is not None and resume.checkpoint is not None else None
+        first = 1
+        if self.resume_from:
+            first = int(resume.step) + 1
+            print(f"resuming from {self.resume_from} at step {first}", flush=True)
             self.history = resumed_history(resume.checkpoint, int(resume.step), list(self.history))
-        start_path = resume_from or warm_start_path(cfg, self.plan, self.tracker)
-        warm_s = time.monotonic() - started
+        self.start_path = self.resume_from or warm_start_path(self.cfg, plan, self.tracker)
+        self.warm_s = time.monotonic() - started
+        return first
+
+    def cleanup(self) -> None:
+        """The reward curves, whatever happened."""
+        self._plot(Path(self.plan.run_dir))
+
+    def closing_lines(self) -> list[str]:
+        """The end-of-run block's lines about steps that trained nothing."""
+        return self.no_update.closing_lines()
+
+    def fit(self) -> dict[str, float]:
+        """`setup`, then TRL's loop, then `cleanup`; returns the final metrics (their `eval/reward` is the
+        objective)."""
+        cfg = self.cfg
+        self.setup(self.plan)
+        start_path, resume_from, warm_s = self.start_path, self.resume_from, self.warm_s
         run_dir = Path(self.plan.run_dir)
-        output_dir = checkpoint_root(cfg, self.tracker.run_id)
+        output_dir = checkpoint_root(self.plan.settings, self.tracker.run_id)
         resumed = {"resume_from": resume_from,
-                   "record": checkpoint_record(cfg, getattr(self.plan, "choices", {}), self.tracker.run_id)}
+                   "record": checkpoint_record(cfg, self.plan.choices, self.tracker.run_id)}
         self.tracker.set_tags({"agentrl.backend": "trl", "agentrl.trl.num_processes": int(cfg.trainer.num_processes)})
         try:
             if int(cfg.trainer.num_processes) > 1:
@@ -169,7 +191,7 @@ class TRLTrainer:
             if folder.is_dir() and hasattr(self.tracker, "log_model"):
                 self.tracker.log_model(folder)
         finally:
-            self._plot(run_dir)
+            self.cleanup()
         final.pop("history", None)
         final["time/warm_start_total_s"] = warm_s
         if no_update := self.no_update.metrics():

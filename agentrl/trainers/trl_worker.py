@@ -35,10 +35,10 @@ from agentrl.devices import set_threads
 from agentrl.group_filter import FAILED, group_drop_reason
 from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.evaluate import trainer_eval
-from agentrl.trainers.grpo import RowStream, rollout_metrics
 from agentrl.trainers.resume import TRANSFORMERS, checkpoint_step, resumed_history, write_record
 from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
+from agentrl.trainers.step_parts import RowStream, rollout_metrics
 from agentrl.trainers.trl_args import grpo_config_kwargs, use_cpu
 
 log = logging.getLogger(__name__)

@@ -134,13 +134,13 @@ def train(cfg: Any, plan: Any, *, token_budget: float | None = None, seconds_bud
     if token_budget is None and seconds_budget is None:
         trainer.fit()
     else:  # equal compute: step until the rollouts generated as many model tokens (or ran as long)
-        trainer._setup()
+        trainer.setup(plan)
         try:
             step, used, began = 0, 0.0, time.monotonic()
             while (used < token_budget) if token_budget is not None else \
                     (time.monotonic() - began < seconds_budget):
                 step += 1
-                metrics = trainer._train_step(step)
+                metrics = trainer.train_step(step).as_metrics()
                 used += metrics["rollout/model_tokens"]
                 tracker.log(metrics, step=step)
                 trainer.health.add(metrics)
@@ -148,7 +148,7 @@ def train(cfg: Any, plan: Any, *, token_budget: float | None = None, seconds_bud
                   f"(budget {token_budget or seconds_budget:.0f} {'tokens' if token_budget else 's'})", flush=True)
             print(trainer.health.summary(), flush=True)
         finally:
-            trainer.services.close()
+            trainer.cleanup()
     seconds = time.monotonic() - t0
     folder = Path(plan.run_dir) / "final_model"
     trainer.learner.model.save_pretrained(folder)

@@ -27,7 +27,14 @@ from agentrl.plan import build_plan
 from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.grpo import GRPOTrainer
 from agentrl.trainers.learner import items_from
-from agentrl.trainers.policies import MAIN, make_learner, plan_policies, routing, untrained_roles
+from agentrl.trainers.policies import (
+    MAIN,
+    make_learner,
+    plan_policies,
+    routing,
+    step_policies,
+    untrained_roles,
+)
 from agentrl.trainers.rollout import RoutedSessionPool, make_row
 
 SMALL = dict(vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
@@ -137,7 +144,7 @@ def test_policies_routes_and_partition(tmp_path: Path) -> None:
 
 def test_each_model_learns_only_from_its_samples_and_resume_restores_both(models, tmp_path: Path) -> None:
     t = trainer(models, tmp_path)
-    t._setup()
+    t.setup(t.plan)
     try:
         (_, verifier) = t.policies
         assert verifier.learner is not None
@@ -147,11 +154,11 @@ def test_each_model_learns_only_from_its_samples_and_resume_restores_both(models
         # The expected updates: a fresh learner per model, stepping on that model's samples only.
         expected = {}
         for name, learner in ((MAIN, t.learner), ("verifier", verifier.learner)):
-            twin = make_learner(t.t, copy.deepcopy(learner.model), t.tokenizer)
+            twin = make_learner(t.cfg.trainer, copy.deepcopy(learner.model), t.tokenizer)
             twin.optimizer.load_state_dict(learner.optimizer.state_dict())
             twin.step(items_from(played, policy=name)[0])
             expected[name] = (weights(learner.model), weights(twin.model))
-        metrics, _ = t._update(played)
+        metrics, _ = step_policies(t.policies, played, t.services.policy_engines)
         for name, learner in ((MAIN, t.learner), ("verifier", verifier.learner)):
             before, want = expected[name]
             assert not same(before, weights(learner.model)), f"{name} did not change"
@@ -159,14 +166,14 @@ def test_each_model_learns_only_from_its_samples_and_resume_restores_both(models
         assert metrics["train/tokens"] == sum(sum(p.sample.loss_mask) for p in played if p.policy == MAIN)
         assert metrics["train/verifier/tokens"] == sum(sum(p.sample.loss_mask) for p in played if p.role == "verifier")
         assert t.services.policy_engines["verifier"].weight_version == 1 and t.services.engine.weight_version == 1
-        t._save(1)
+        t.save(1)
     finally:
-        t.services.close()
+        t.cleanup()
     saved = ckpt.latest(tmp_path / "ckpt")
     assert (ckpt.policy_path(saved, "verifier") / "config.json").is_file()
 
     again = trainer(models, tmp_path, "trainer.resume=true")
-    assert again._setup() == 2
+    assert again.setup(again.plan) == 2
     try:
         for old, new in ((t.learner, again.learner), (verifier.learner, again.policies[1].learner)):
             assert same(weights(old.model), weights(new.model))
@@ -175,12 +182,12 @@ def test_each_model_learns_only_from_its_samples_and_resume_restores_both(models
             for k in a["state"]:
                 assert all(torch.equal(a["state"][k][n], b["state"][k][n]) for n in a["state"][k])
     finally:
-        again.services.close()
+        again.cleanup()
 
 
 def test_a_frozen_role_model_is_played_but_never_updated(models, tmp_path: Path) -> None:
     t = trainer(models, tmp_path, "agent.roles.1.frozen=true")
-    t._setup()
+    t.setup(t.plan)
     try:
         (_, verifier) = t.policies
         assert verifier.learner is None and not verifier.trainable
@@ -189,14 +196,14 @@ def test_a_frozen_role_model_is_played_but_never_updated(models, tmp_path: Path)
         main_before = weights(t.learner.model)
         played = play_with_signal(t)
         assert any(p.role == "verifier" and p.frozen and sum(p.sample.loss_mask) for p in played)
-        metrics, _ = t._update(played)
+        metrics, _ = step_policies(t.policies, played, t.services.policy_engines)
         assert engine.stats.requests > 0 and engine.weight_version == 0
         assert same(start, weights(engine.model))
         assert not same(main_before, weights(t.learner.model))
         assert not any(k.startswith("train/verifier/") for k in metrics)
-        t._save(1)
+        t.save(1)
     finally:
-        t.services.close()
+        t.cleanup()
     assert not ckpt.policy_path(ckpt.latest(tmp_path / "ckpt"), "verifier").exists()
 
 
