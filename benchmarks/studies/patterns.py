@@ -102,16 +102,14 @@ def _role_policies(cfg: Any) -> list[Any]:
 def outcome_rewards(groups: list[list[Any]]) -> list[float]:
     from agentrl.trainers.evaluate import outcome_of
 
-    return [outcome_of(g).reward for g in groups]
+    return [outcome_of(g).score for g in groups]
 
 
 def role_mean(groups: list[list[Any]], role: str) -> list[float]:
-    """Per task, the mean unweighted reward of the role's rollouts (0 when the play never reached it)."""
-    from agentrl.trainers.evaluate import unweighted
-
+    """Per task, the mean score of the role's rollouts (unweighted; 0 when the play never reached it)."""
     out = []
     for g in groups:
-        rs = [unweighted(r) for r in g if r.role == role]
+        rs = [r.score for r in g if r.role == role]
         out.append(sum(rs) / len(rs) if rs else 0.0)
     return out
 
