@@ -1,0 +1,214 @@
+"""inference=vllm against a real vLLM server (vLLM's CPU build, in the venv of scripts/install_vllm.sh).
+
+One server for the module (it takes minutes to start on a loaded box), serving a scripted model whose greedy reply
+is known: a chat with tools round-trips through our session server; a weight push changes what it samples and
+the version it reports; its logprobs are the learner's (after temperature); an engine attaches to a running
+server; and, last, the server is killed and the engine names it within seconds. Two GRPO steps through the CLI
+launch their own server. Skipped, saying why, only where the vLLM venv is absent and $AGENTRL_VLLM_PYTHON is unset
+(CI's scripts/test.sh makes the venv and sets it, so there they run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from agentrl.inference.completion import EngineUnavailable
+from agentrl.inference.vllm_servers import PYTHON_ENV, VLLMError, vllm_python
+from tests.inference.conftest import CALL_MUL, make_scripted_model
+
+try:
+    vllm_python()
+    MISSING = ""
+except VLLMError as exc:
+    MISSING = str(exc)
+# Where $AGENTRL_VLLM_PYTHON is set (CI) a missing venv is a failure of the test, not a skip.
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(bool(MISSING) and not os.environ.get(PYTHON_ENV), reason=f"no vLLM: {MISSING}")]
+
+SCRIPT_A = ("Let me compute.\n", CALL_MUL)
+SCRIPT_B = ("The answer is 3.", " Done.")
+TOOLS = [{"type": "function", "function": {"name": "mul", "description": "x times 3",
+                                           "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
+
+
+def _state(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two scripted models of one shape (they differ in their reply only), head_dim 32 for vLLM's CPU attention."""
+    return {name: make_scripted_model(tmp_path_factory.mktemp(f"scripted_{name}"), script, head_dim=32)
+            for name, script in (("a", SCRIPT_A), ("b", SCRIPT_B))}
+
+
+@pytest.fixture(scope="module")
+def served(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
+    from agentrl.inference.vllm import VLLMEngine
+
+    engine = VLLMEngine(models["a"], max_model_len=1024, health_every_s=0.5,
+                        log_dir=tmp_path_factory.mktemp("vllm_logs"))
+    yield engine
+    engine.close()
+
+
+def _greedy(engine, prompt: list[int], **kw):
+    return asyncio.run(engine.generate(prompt, max_tokens=40, temperature=0.0, **kw))
+
+
+def _prompt(engine) -> list[int]:
+    return engine.tokenizer.apply_chat_template([{"role": "user", "content": "3 times 3?"}],
+                                                add_generation_prompt=True, tokenize=True, return_dict=False)
+
+
+def _reply(engine, completion) -> str:
+    return engine.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
+
+
+def test_a_chat_with_tools_round_trips_through_the_session_server(served) -> None:
+    from agentrl.inference.server import start_session_server
+
+    server = start_session_server(served, tool_format="qwen", default_max_tokens=40)
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=600, trust_env=False) as http:
+            sid = http.post("/sessions").json()["session_id"]
+            messages = [{"role": "user", "content": "3 times 3?"}]
+            first = http.post(f"/sessions/{sid}/v1/chat/completions",
+                              json={"messages": messages, "tools": TOOLS, "temperature": 1.0}).json()
+            choice = first["choices"][0]
+            assert choice["finish_reason"] == "tool_calls", first
+            call = choice["message"]["tool_calls"][0]["function"]
+            assert call["name"] == "mul" and '"x": 3' in call["arguments"]
+            meta = choice["meta_info"]
+            ids = [t for _, t in meta["output_token_logprobs"]]
+            assert ids[-1] == served.tokenizer.convert_tokens_to_ids("<|im_end|>")  # the stop token is kept
+            assert all(math.isfinite(lp) and lp <= 0 for lp, _ in meta["output_token_logprobs"])
+            assert meta["weight_version"] == served.weight_version
+            messages += [choice["message"], {"role": "tool", "tool_call_id": "c0", "content": "9"}]
+            second = http.post(f"/sessions/{sid}/v1/chat/completions", json={"messages": messages, "tools": TOOLS})
+            assert second.status_code == 200, second.text
+            session = http.get(f"/sessions/{sid}").json()
+        one, two = (r["request"]["input_ids"] for r in session["records"])
+        # Token-in/token-out: turn 2's prompt is turn 1's prompt and sampled ids, exactly, then the tool's turn.
+        assert two[:len(one) + len(ids)] == one + ids
+        assert session["metadata"]["accumulated_token_ids"][:len(two)] == two
+    finally:
+        server.stop()
+
+
+def test_a_weight_push_changes_what_it_samples_and_its_version(served, models) -> None:
+    prompt = _prompt(served)
+    before = _greedy(served, prompt)
+    assert "<tool_call>" in _reply(served, before)
+    version = served.update_weights(_state(models["b"]))
+    assert version == before.weight_version + 1 == served.weight_version
+    held = httpx.get(f"{served.urls[0]}/weight_info", trust_env=False).json()["weight_version"]
+    assert held == str(version)  # read back from the server, not assumed
+    after = _greedy(served, prompt)
+    assert after.weight_version == version
+    assert "The answer is 3. Done." in _reply(served, after) and after.token_ids != before.token_ids
+    # A folder works as a source too: the first model again, one version later.
+    assert served.update_weights(models["a"]) == version + 1
+    assert _greedy(served, prompt).token_ids == before.token_ids
+
+
+def test_its_logprobs_are_the_learners_after_temperature(served, models) -> None:
+    """Softened weights (the scripted reply is only likely): sampled at T=0.7, the engine's logprob of each sampled
+    token is log_softmax(logits / 0.7) of the learner's forward pass on the same ids, not the raw log_softmax."""
+    from transformers import AutoModelForCausalLM
+
+    state = _state(models["a"])
+    state["lm_head.weight"] = state["lm_head.weight"] * 0.1
+    served.update_weights(state)
+    prompt = _prompt(served)
+    done = asyncio.run(served.generate(prompt, max_tokens=12, temperature=0.7, seed=5, ignore_eos=True))
+    model = AutoModelForCausalLM.from_pretrained(models["a"], dtype=torch.float32).eval()
+    model.load_state_dict(state)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + done.token_ids])).logits[0, len(prompt) - 1:-1]
+    picked = torch.tensor(done.token_ids)[:, None]
+    learner = torch.log_softmax(logits / 0.7, -1).gather(-1, picked).squeeze(-1)
+    raw = torch.log_softmax(logits, -1).gather(-1, picked).squeeze(-1)
+    engine = torch.tensor(done.logprobs)
+    assert len(done.token_ids) == 12
+    assert (engine - learner).abs().max().item() < 1e-3, (engine, learner)
+    assert (engine - raw).abs().max().item() > 1e-2  # the convention is visible at this temperature
+
+
+def test_an_engine_attaches_to_a_running_server(served, models) -> None:
+    """inference.urls: the running server is made to serve the trainer's folder (version 0), then samples it."""
+    from agentrl.inference.vllm import VLLMEngine
+
+    attached = VLLMEngine(models["b"], urls=served.urls, health_every_s=0.5)
+    try:
+        assert attached.weight_version == 0
+        assert httpx.get(f"{served.urls[0]}/weight_info", trust_env=False).json()["weight_version"] == "0"
+        assert "The answer is 3." in _reply(attached, _greedy(attached, _prompt(attached)))
+    finally:
+        attached.close()  # not its server: it keeps running
+    assert httpx.get(f"{served.urls[0]}/health", trust_env=False).status_code == 200
+
+
+def test_a_killed_server_fails_fast_naming_it(served) -> None:
+    """Last in the module (it ends the shared server): the watcher names the dead server within seconds, the
+    session server's /health says so, and a new call fails with its URL instead of waiting."""
+    from agentrl.inference.server import start_session_server
+
+    url = served.urls[0]
+    server = start_session_server(served, tool_format="qwen")
+    try:
+        os.killpg(served._servers[url].proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        while served.failure is None and time.monotonic() - killed < 120:  # generous on a loaded box
+            time.sleep(0.2)
+        assert served.failure is not None, "the dead server was not noticed"
+        assert url in str(served.failure) and "exited" in str(served.failure)
+        health = httpx.get(f"{server.base_url}/health", trust_env=False)
+        assert health.status_code == 503 and url in health.json()["error"]
+        with pytest.raises(EngineUnavailable, match=url):
+            _greedy(served, _prompt(served))
+    finally:
+        server.stop()
+
+
+def test_two_grpo_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_path: Path) -> None:
+    import subprocess
+
+    from mlflow.tracking import MlflowClient
+
+    home = tmp_path / "home"
+    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # head_dim 64 / 2 = 32: vLLM's CPU attention has no smaller head.
+    args = ["+recipe=gridsim_grpo", "inference=vllm", "trainer.steps=2", "trainer.prompts_per_step=2",
+            "trainer.samples_per_prompt=2", "trainer.eval_every=0", "trainer.checkpoint_every=0",
+            "trainer.warm_start.steps=2", "trainer.warm_start.batch_samples=2", "agent.max_response_tokens=24",
+            "trainer.max_extra_rows=0", "model.hidden_size=64", "model.num_layers=1", "model.num_heads=2",
+            "model.num_kv_heads=1", "model.intermediate_size=128", "model.vocab_size=1024",
+            "inference.max_model_len=2048"]
+    proc = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=Path(__file__).resolve().parents[2],
+                          env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1
+    run_id = runs[0].info.run_id
+    for key in ("train/reward", "train/loss", "train/grad_norm", "train/logprob_gap_mean", "train/logprob_gap_max",
+                "time/weight_push_s", "rollout/weight_lag"):
+        history = client.get_metric_history(run_id, key)
+        assert [m.step for m in history] == [1, 2], f"{key}: {history}"
+        assert all(math.isfinite(m.value) for m in history), f"{key} = {[m.value for m in history]}"
+    gap = client.get_metric_history(run_id, "train/logprob_gap_max")
+    assert all(0 <= m.value < 1.0 for m in gap), gap  # vLLM's kernels are not the learner's, but close in float32
