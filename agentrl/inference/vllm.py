@@ -61,7 +61,7 @@ def sampling_params(max_tokens: int, temperature: float, top_p: float, top_k: in
     if stop_ids:
         params["stop_token_ids"] = [int(s) for s in stop_ids]
     if seed is not None:
-        params["seed"] = int(seed)
+        params["seed"] = int(seed) % (1 << 63)  # the session server takes any 64-bit seed; vLLM a non-negative one
     return params
 
 
