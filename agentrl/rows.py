@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from agentrl.config.env import CONNECT_TIMEOUT_S, RESET_TIMEOUT_S, TOOL_TIMEOUT_S
 from agentrl.envs.client import EnvResetError, EpisodeClient
 from agentrl.http import async_client
 
@@ -40,8 +41,8 @@ def _splits_of(listed: Any) -> dict[str, int] | None:
     return None
 
 
-async def discover_splits(url: str, *, token_var: str | None = None, reset_timeout: float = 600,
-                          connect_timeout: float = 30) -> dict[str, int]:
+async def discover_splits(url: str, *, token_var: str | None = None, reset_timeout: float = RESET_TIMEOUT_S,
+                          connect_timeout: float = CONNECT_TIMEOUT_S) -> dict[str, int]:
     """Split name -> number of tasks, in the server's order (`all` first): from the server's `/metadata`, else
     from the `splits` its reset error carries when asked for a split it does not have."""
     headers = {}
@@ -83,8 +84,9 @@ async def _learn_tools(client: EpisodeClient, split: str, index: int) -> list[di
     return [*seen.values(), *([end] if end else [])]
 
 
-async def write_rows_async(url: str, outdir: str | Path, *, max_turns: int = 4, tool_timeout: float = 60,
-                           reset_timeout: float = 600, connect_timeout: float = 30, model_timeout: float = 600,
+async def write_rows_async(url: str, outdir: str | Path, *, max_turns: int = 4, tool_timeout: float = TOOL_TIMEOUT_S,
+                           reset_timeout: float = RESET_TIMEOUT_S, connect_timeout: float = CONNECT_TIMEOUT_S,
+                           model_timeout: float = 600,
                            token_var: str | None = None, concurrency: int = 4) -> dict[str, Path]:
     """Write `<split>.jsonl` for every split served at `url` into `outdir`; returns split -> path."""
     if max_turns < 1 or concurrency < 1 or min(tool_timeout, reset_timeout, connect_timeout, model_timeout) <= 0:
@@ -194,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("url", help="the env server, e.g. http://127.0.0.1:8000")
     parser.add_argument("outdir")
     parser.add_argument("--max-turns", type=int, default=4)
-    parser.add_argument("--tool-timeout", type=float, default=60)
-    parser.add_argument("--reset-timeout", type=float, default=600)
-    parser.add_argument("--connect-timeout", type=float, default=30,
+    parser.add_argument("--tool-timeout", type=float, default=TOOL_TIMEOUT_S)
+    parser.add_argument("--reset-timeout", type=float, default=RESET_TIMEOUT_S)
+    parser.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT_S,
                         help="seconds a rollout keeps trying while nothing listens at the URL")
     parser.add_argument("--model-timeout", type=float, default=600)
     parser.add_argument("--token-var", default=None, help="environment variable holding the server's token")

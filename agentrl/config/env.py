@@ -7,6 +7,12 @@ from typing import Any
 
 from omegaconf import MISSING
 
+# The env server's deadlines in seconds: the schema's defaults below, and the defaults of everything that talks to
+# an env server without a config (build_app, EpisodeClient, `python -m agentrl.rows`, a row without settings).
+TOOL_TIMEOUT_S = 60.0  # one tool call
+RESET_TIMEOUT_S = 600.0  # a reset's wait for room on a full or restarting server
+CONNECT_TIMEOUT_S = 30.0  # retrying while nothing listens at the URL
+
 
 @dataclass
 class EnvServerConfig:
@@ -15,11 +21,11 @@ class EnvServerConfig:
     host: str = "127.0.0.1"
     port: int = 0  # 0 picks a free port
     max_concurrent_envs: int = 64
-    tool_timeout: float = 60.0  # seconds
-    reset_timeout: float = 600.0  # seconds a reset may wait for room on a full or restarting server
+    tool_timeout: float = TOOL_TIMEOUT_S  # seconds
+    reset_timeout: float = RESET_TIMEOUT_S  # seconds a reset may wait for room on a full or restarting server
     # Seconds a rollout keeps trying while nothing listens at the URL (refused, unknown host, no route)
     # before it is flagged env_unreachable; shorter than reset_timeout so a dead server stops a run fast.
-    connect_timeout: float = 30.0
+    connect_timeout: float = CONNECT_TIMEOUT_S
     # The *name* of the environment variable that holds the bearer token; the token never enters config.
     token_var: str | None = None
 

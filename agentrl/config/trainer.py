@@ -196,8 +196,9 @@ class GRPOTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
     # keep it in the group at reward 0 (docs/training.md, "Failed rollouts"). Env and engine failures always drop.
     model_failures: str = "drop"  # drop | penalize
     # 1: play step n+1 while step n trains (its rollouts one weight version stale, corrected by the ratio to the
-    # engine's logprobs and tis_cap); 0: play, then train (docs/training.md, "Overlapped rollouts")
-    off_policy_steps: int = 0  # 0 | 1
+    # engine's logprobs and tis_cap; a step costs about max(play, train) instead of their sum: benchmarks/RESULTS.md,
+    # "`trainer.off_policy_steps`"); 0: play, then train (docs/training.md, "Overlapped rollouts")
+    off_policy_steps: int = 1  # 0 | 1
     max_drops_in_a_row: int = 200  # stop the run after more groups in a row were dropped as failed
     checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id>
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device (SGLang: cuda when there)

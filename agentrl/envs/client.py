@@ -22,6 +22,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from agentrl.config.env import CONNECT_TIMEOUT_S, RESET_TIMEOUT_S, TOOL_TIMEOUT_S
 from agentrl.envs import strict_json
 from agentrl.envs.connection import (
     Deadlines,
@@ -100,9 +101,9 @@ class EpisodeClient:
         url: str,
         *,
         token_var: str | None = None,
-        reset_timeout: float = 600,
-        tool_timeout: float = 60,
-        connect_timeout: float = 30,
+        reset_timeout: float = RESET_TIMEOUT_S,
+        tool_timeout: float = TOOL_TIMEOUT_S,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
     ) -> None:
         self.url = ws_url(url)
         self.reset_timeout = float(reset_timeout)

@@ -14,7 +14,7 @@ from typing import Any
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import II, MISSING, DictConfig, OmegaConf
 
 from agentrl.config import register_configs
 from agentrl.config.locate import conf_dir
@@ -26,12 +26,13 @@ log = logging.getLogger("agentrl.envs.serve")
 class ServeConfig:
     env: Any = MISSING
     sandbox: Any = MISSING
-    host: str = "127.0.0.1"
+    # The served env's own server settings (env.server, one home: agentrl/config/env.py); override either.
+    host: str = II("env.server.host")
     port: int = 8200
-    token_var: str | None = None
-    max_concurrent_envs: int = 64
-    tool_timeout: float = 60.0
-    reset_timeout: float = 600.0
+    token_var: str | None = II("env.server.token_var")  # the variable's *name*, never the token itself
+    max_concurrent_envs: int = II("env.server.max_concurrent_envs")
+    tool_timeout: float = II("env.server.tool_timeout")
+    reset_timeout: float = II("env.server.reset_timeout")
     reward: str | None = None
     log_level: str = "info"
 

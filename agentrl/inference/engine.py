@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from agentrl.config.inference import EmbeddedInferenceConfig as Embedded  # the defaults' one home
 from agentrl.inference.batch import DecodeBatch, prefill_inputs, sample_tokens
 from agentrl.inference.completion import (
     Completion,
@@ -67,9 +68,9 @@ class EmbeddedEngine:
     def __init__(
         self,
         model_path: str | Path,
-        device: str = "cpu",
-        max_batch_sequences: int = 64,
-        batch_wait_ms: float = 2.0,
+        device: str = Embedded.device,
+        max_batch_sequences: int = Embedded.max_batch_sequences,
+        batch_wait_ms: float = Embedded.batch_wait_ms,
         **_: Any,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentrl.config.inference import SGLangInferenceConfig as SGLang  # the defaults' one home
 from agentrl.http import async_client
 from agentrl.inference.completion import EngineUnavailable
 from agentrl.inference.engine import Completion
@@ -96,9 +97,10 @@ def to_completion(body: dict[str, Any], fallback_version: int) -> Completion:
 class SGLangEngine:
     """SGLang servers as an engine. `urls` non-empty: use those servers; else launch one per GPU."""
 
-    def __init__(self, model_path: str | Path, urls: list[str] | tuple[str, ...] = (), num_gpus: int = 1,
-                 base_port: int = 30000, mem_fraction_static: float = 0.7, tool_call_parser: str | None = "qwen25",
-                 reasoning_parser: str | None = None, launch_timeout: float = 600.0, request_timeout: float = 600.0,
+    def __init__(self, model_path: str | Path, urls: list[str] | tuple[str, ...] = (), num_gpus: int = SGLang.num_gpus,
+                 base_port: int = SGLang.base_port, mem_fraction_static: float = SGLang.mem_fraction_static,
+                 tool_call_parser: str | None = SGLang.tool_call_parser, reasoning_parser: str | None = None,
+                 launch_timeout: float = SGLang.launch_timeout, request_timeout: float = SGLang.request_timeout,
                  extra_args: list[str] | tuple[str, ...] = (), log_dir: str | Path | None = None, **_: Any) -> None:
         from transformers import AutoTokenizer
 

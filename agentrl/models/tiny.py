@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl.config.model import TinyModelConfig as Tiny  # the defaults' one home: model=tiny's schema
 from agentrl.fsutil import atomic_dir
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,11 @@ SETTINGS = ("seed", "vocab_size", "hidden_size", "num_layers", "num_heads", "num
             "max_position_embeddings")
 
 
-def ensure_tiny_model(path: str, seed: int = 0, vocab_size: int = 2048, hidden_size: int = 128, num_layers: int = 4,
-                      num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 384,
-                      max_position_embeddings: int = 2048, **_: Any) -> str:
+def ensure_tiny_model(path: str, seed: int = Tiny.seed, vocab_size: int = Tiny.vocab_size,
+                      hidden_size: int = Tiny.hidden_size, num_layers: int = Tiny.num_layers,
+                      num_heads: int = Tiny.num_heads, num_kv_heads: int = Tiny.num_kv_heads,
+                      intermediate_size: int = Tiny.intermediate_size,
+                      max_position_embeddings: int = Tiny.max_position_embeddings, **_: Any) -> str:
     """Build the tiny model's Hugging Face folder at `path` unless it is already there; return `path`.
 
     The same settings always give bit-identical weights; the tokenizer does not depend on `seed`. A folder

@@ -16,6 +16,7 @@ from typing import Any
 
 from agentrl.agents.base import HttpSessionPool
 from agentrl.agents.record import Failure, Rollout
+from agentrl.config.env import CONNECT_TIMEOUT_S, RESET_TIMEOUT_S, TOOL_TIMEOUT_S
 from agentrl.envs.task import opening_turn
 from agentrl.http import async_client
 from agentrl.inference.samples import Sample, assemble_sample
@@ -39,9 +40,9 @@ def make_row(bundle: Any, split: str, index: int, env_url: str, env_settings: di
         "messages": [{"role": "system", "content": turn.system_prompt}, {"role": "user", "content": turn.prompt}],
         "metadata": {"split": split, "index": index, "task_id": info.task_id, "tools": turn.tools,
                      "url": env_url, "token_var": env_settings.get("token_var"),
-                     "tool_timeout": env_settings.get("tool_timeout", 60.0),
-                     "reset_timeout": env_settings.get("reset_timeout", 600.0),
-                     "connect_timeout": env_settings.get("connect_timeout", 30.0), "task": dict(info.extra)},
+                     "tool_timeout": env_settings.get("tool_timeout", TOOL_TIMEOUT_S),
+                     "reset_timeout": env_settings.get("reset_timeout", RESET_TIMEOUT_S),
+                     "connect_timeout": env_settings.get("connect_timeout", CONNECT_TIMEOUT_S), "task": dict(info.extra)},
     }
 
 

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentrl.config.env import RESET_TIMEOUT_S, TOOL_TIMEOUT_S
 from agentrl.envs.sandbox.base import Sandbox
 from agentrl.envs.server import wire
 from agentrl.envs.server.session import Served, Session, make_reward
@@ -95,8 +96,8 @@ def build_app(
     token: str | None = None,
     reward: None | str | Callable[[dict[str, float]], float] = None,
     sandbox: str | Sandbox | Any = "local",
-    tool_timeout: float = 60,
-    reset_timeout: float = 600,
+    tool_timeout: float = TOOL_TIMEOUT_S,
+    reset_timeout: float = RESET_TIMEOUT_S,
     sandbox_name: str | None = None,
 ) -> FastAPI:
     """A FastAPI app serving `bundle` over the OpenEnv protocol.
