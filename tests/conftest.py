@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.testing.mlflow_store import seed_store
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -19,6 +21,13 @@ def agentrl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("AGENTRL_HOME", str(home))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return home
+
+
+@pytest.fixture
+def seeded_store(agentrl_home: Path) -> str:
+    """A copy of an empty MLflow store where runs under `agentrl_home` open theirs (agentrl/testing/mlflow_store.py),
+    for tests of what a run logs rather than of where or how a new store is made; returns its URI."""
+    return seed_store(agentrl_home / "outputs" / "mlflow.db")
 
 
 def run_cli(args: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 1200,

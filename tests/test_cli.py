@@ -28,6 +28,7 @@ def dry_runs(client: MlflowClient, experiment: str = "agentrl-dry-runs") -> list
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", recipe_names())
+@pytest.mark.usefixtures("seeded_store")
 def test_dry_run_of_each_recipe_prints_the_plan_and_logs_to_the_dry_run_experiment(
         recipe: str, agentrl_home: Path, tmp_path: Path):
     proc = run_cli([f"+recipe={recipe}", "dry_run=true"], cwd=tmp_path)
@@ -80,6 +81,7 @@ def test_tracking_uri_override_is_honoured(agentrl_home: Path, tmp_path: Path):
     assert not (tmp_path / "mlruns").exists()
 
 
+@pytest.mark.usefixtures("seeded_store")
 def test_a_dry_run_may_share_the_experiment_when_asked(agentrl_home: Path, tmp_path: Path):
     proc = run_cli(["+recipe=gridsim_sft", "dry_run=true", "logger.dry_run_experiment=null"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -100,6 +102,7 @@ def test_a_key_the_schema_lacks_is_refused_naming_it(key: str, mode: list[str], 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]],
                          ids=["basic", "joblib"])
+@pytest.mark.usefixtures("seeded_store")
 def test_multirun_makes_one_parent_and_a_child_per_job(launcher: list[str], agentrl_home: Path, tmp_path: Path):
     """In this process (the basic launcher) or in parallel worker processes (joblib), each job finds the parent."""
     proc = run_cli(["-m", "+recipe=gridsim_grpo", "dry_run=true", "trainer.lr=1e-5,3e-5", *launcher], cwd=tmp_path)
