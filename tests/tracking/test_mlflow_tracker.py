@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from agentrl.run import closing_block
+from agentrl.testing.mlflow_store import seed_store
 from agentrl.tracking.mlflow_tracker import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
@@ -29,7 +30,7 @@ def _cfg():
 
 
 def test_params_tags_metrics_and_resume_without_duplicates(tmp_path: Path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "mlflow.db")
     tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
     run_id = tracker.start(_cfg(), choices={"trainer": "grpo", "env": None}, run_dir=tmp_path / "run",
                            overrides=["trainer.lr=1e-5"])
@@ -83,7 +84,7 @@ def test_experiment_is_a_training_one_with_artifacts_beside_the_store(tmp_path: 
 
 
 def test_dry_run_goes_to_its_own_experiment(tmp_path: Path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "mlflow.db")
     cfg = OmegaConf.create({"dry_run": True, "description": "What this run is for."})
     tracker = MLflowTracker(tracking_uri=uri, experiment="t", dry_run_experiment="t-dry-runs", output_root=tmp_path)
     run_id = tracker.start(cfg, choices={}, run_dir=tmp_path / "run")
@@ -100,7 +101,7 @@ def test_dry_run_goes_to_its_own_experiment(tmp_path: Path):
 
 
 def test_datasets_are_the_runs_inputs(tmp_path: Path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "mlflow.db")
     tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
     tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
     train = DatasetRef("gridsim", "train", "train", 2000, "3", "/b/gridsim", (("prompt_style", "compact"),))
@@ -125,7 +126,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_log_model_is_a_transformers_logged_model_of_the_run(tmp_path: Path, tiny_model: Path):
-    uri = f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "outputs" / "mlflow.db")
     tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path / "outputs")
     tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
     model_id = tracker.log_model(tiny_model, name="model")
@@ -152,7 +153,7 @@ def test_log_model_without_the_flavors_dependency_warns_and_goes_on(tmp_path: Pa
     import sys
 
     monkeypatch.setitem(sys.modules, "mlflow.transformers", None)  # as if its optional dependency were missing
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "mlflow.db")
     tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
     tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
     with caplog.at_level(logging.WARNING):
@@ -163,7 +164,7 @@ def test_log_model_without_the_flavors_dependency_warns_and_goes_on(tmp_path: Pa
 
 
 def test_log_model_of_a_folder_that_is_no_model_warns(tmp_path: Path, caplog):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "mlflow.db")
     tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
     tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
     (tmp_path / "empty").mkdir()
@@ -175,7 +176,7 @@ def test_log_model_of_a_folder_that_is_no_model_warns(tmp_path: Path, caplog):
 
 
 def test_closing_block_reports_what_is_present(tmp_path: Path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "mlflow.db")
     tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
     tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
     full = {"eval/reward": 0.911, "eval_greedy/reward": 0.96, "time/warm_start_total_s": 324.0,
