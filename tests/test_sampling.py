@@ -142,11 +142,11 @@ def test_a_trainers_eval_samples_with_the_training_top_k_and_greedy_with_tempera
     try:
         times: Counter[str] = Counter()
         history: dict[str, list[tuple[int, float]]] = defaultdict(list)
-        trainer_eval(services, plan.bundle, cfg, 0, sampling=plan.sampling, greedy=False, times=times,
+        trainer_eval(services, plan.bundle, plan.settings, 0, sampling=plan.sampling, greedy=False, times=times,
                      history=history)
         sampled = list(calls)
         calls.clear()
-        trainer_eval(services, plan.bundle, cfg, 0, sampling=plan.sampling, greedy=True, times=times,
+        trainer_eval(services, plan.bundle, plan.settings, 0, sampling=plan.sampling, greedy=True, times=times,
                      history=history)
     finally:
         services.close()
