@@ -18,8 +18,8 @@ from agentrl.config import register_configs
 from agentrl.config.locate import conf_dir
 from agentrl.config.sampling import Sampling, SamplingError
 from agentrl.config.trainer import TEMPERATURE, SFTTrainerConfig
-from agentrl.models.tiny import ensure_tiny_model
 from agentrl.plan import PlanError, build_plan
+from agentrl.testing.tiny_models import shared_tiny_model
 
 SMALL = dict(vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
              max_position_embeddings=512)
@@ -115,7 +115,7 @@ def test_no_temperature_fallback_remains_below_the_plan():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return ensure_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny"), seed=0, **SMALL)
+    return shared_tiny_model(seed=0, **SMALL)  # read only: built once per session
 
 
 def test_a_trainers_eval_samples_with_the_training_top_k_and_greedy_with_temperature_0(tiny: str, tmp_path: Path):

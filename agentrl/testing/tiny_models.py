@@ -58,6 +58,16 @@ def seed_tiny_model(args: Sequence[str], model_dir: str | Path) -> Path | None:
     return target
 
 
+def shared_tiny_model(**settings: int) -> str:
+    """The tiny model of `settings` (ensure_tiny_model's keywords, its defaults for the rest), built once per
+    process and shared: for tests that only read it."""
+    # Only the folder name of tiny_model_folder is used: the copy lives in the process's cache.
+    found = tiny_model_folder([f"model.{k}={v}" for k, v in settings.items()] or ["model.seed=0"], "/")
+    assert found is not None, settings
+    target, full = found
+    return str(_built_once(target.name, full))
+
+
 def _built_once(name: str, settings: dict[str, int]) -> Path:
     global _cache
     from agentrl.models.tiny import ensure_tiny_model

@@ -26,10 +26,10 @@ def session_server(tmp_path_factory):
 
     from agentrl.inference.engine import EmbeddedEngine
     from agentrl.inference.server import start_session_server
-    from agentrl.models.tiny import ensure_tiny_model
+    from agentrl.testing.tiny_models import shared_tiny_model
 
     torch.set_num_threads(1)
-    engine = EmbeddedEngine(ensure_tiny_model(str(tmp_path_factory.mktemp("tiny") / "model")))
+    engine = EmbeddedEngine(shared_tiny_model())  # read only: built once per session
     server = start_session_server(engine, default_max_tokens=24)
     yield server
     server.stop()

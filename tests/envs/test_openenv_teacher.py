@@ -17,6 +17,7 @@ from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservatio
 from agentrl.envs.bundles import load_bundle
 from agentrl.envs.openenv_remote.example import GuessEnv
 from agentrl.envs.server import serve_in_background
+from agentrl.testing.mlflow_store import seed_store
 from agentrl.trainers.demonstrations import encode_demonstrations
 from tests.conftest import run_cli
 
@@ -104,12 +105,12 @@ def test_a_served_example_is_played_and_keys_its_data_by_the_app() -> None:
 def test_the_demonstrations_encode_for_sft(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
-    from agentrl.models.tiny import ensure_tiny_model
+    from agentrl.testing.tiny_models import shared_tiny_model
 
     app = create_app(GuessEnv, CallToolAction, CallToolObservation, max_concurrent_envs=2)
     with serve_in_background(app) as url:
         bundle = load_bundle("openenv", url=url, train_size=8, eval_size=1, teacher=TEACHER)
-        tokenizer = AutoTokenizer.from_pretrained(ensure_tiny_model(str(tmp_path / "tiny")))
+        tokenizer = AutoTokenizer.from_pretrained(shared_tiny_model())
         encoded = encode_demonstrations(tokenizer, bundle, "train", "bisect")
     assert len(encoded) == 8
     for ids, mask in encoded:
@@ -122,7 +123,7 @@ def test_the_demonstrations_encode_for_sft(tmp_path: Path) -> None:
 @pytest.mark.slow  # an SFT warm start and one GRPO step of the tiny model: ~2-3 min on a loaded 2-core box
 def test_the_recipes_warm_start_learns_the_remote_env(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     # The recipe as shipped: it serves the example (openenv-core's app) itself, on a free port (env.serve).
     done = run_cli(["+recipe=openenv_guess", "trainer.steps=1", "trainer.eval_limit=16"], cwd=REPO, env=env)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.models.tiny import ensure_tiny_model
+from agentrl.testing.tiny_models import shared_tiny_model
 from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.demonstrations import encode_demonstrations
 from agentrl.trainers.sft import save_hf_folder, train_sft
@@ -22,7 +22,7 @@ SMALL = dict(seed=0, vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2,
 def tiny(tmp_path_factory: pytest.TempPathFactory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = ensure_tiny_model(str(tmp_path_factory.mktemp("m") / "tiny"), **SMALL)
+    path = shared_tiny_model(**SMALL)  # read only: built once per session
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
