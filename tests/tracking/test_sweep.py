@@ -9,6 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+from agentrl.testing.mlflow_store import seed_store
 from agentrl.tracking.hydra_callback import MLflowSweepCallback, fixed_keys
 from agentrl.tracking.mlflow_tracker import PARENT_RUN_ENV, MLflowTracker
 from agentrl.tracking.run_names import run_name, short_keys
@@ -50,7 +51,7 @@ def _sweep_config(uri: str, tmp_path: Path, direction: str | None):
 def test_the_parent_holds_the_best_job_its_params_and_a_table(direction: str | None, best_job: int, tmp_path: Path,
                                                               monkeypatch, capsys):
     monkeypatch.delenv(PARENT_RUN_ENV, raising=False)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "mlflow.db")
     config = _sweep_config(uri, tmp_path, direction)
     callback = MLflowSweepCallback()
     callback.on_multirun_start(config)
@@ -93,6 +94,7 @@ def test_the_parent_holds_the_best_job_its_params_and_a_table(direction: str | N
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("seeded_store")
 def test_a_real_sweep_names_its_jobs_apart_and_prints_its_table(agentrl_home: Path, tmp_path: Path):
     """Three short SFT jobs, two with the same overrides: three names; the parent holds the best of them."""
     proc = run_cli(["-m", "+recipe=gridsim_sft", "trainer.steps=1,2,1", "trainer.eval_limit=2", "trainer.augment=0",
