@@ -12,6 +12,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.config.locate import project_root, project_root_reason, recipe_dirs
+from agentrl.tracking.tracker import Tracker
 
 # Every _target_ a config may name lives here; Hydra 1.4 will want exactly this whitelist.
 TARGET_PREFIX = "agentrl."
@@ -44,14 +45,40 @@ def resolve_target(node: DictConfig, where: str) -> Any:
     return obj
 
 
-def build(node: DictConfig, where: str) -> Any:
-    """Instantiate a group's object; a value its own checks refuse is a PlanError naming the group."""
+def build(node: DictConfig, where: str, **extra: Any) -> Any:
+    """Instantiate a group's object (`extra`: arguments the config does not hold); a value its own checks refuse
+    is a PlanError naming the group."""
     resolve_target(node, where)
     try:
-        return instantiate(node)
+        return instantiate(node, **extra)
     except Exception as exc:  # noqa: BLE001 - Hydra wraps the object's own error; say it with the group
         cause = exc.__cause__ or exc
         raise PlanError(f"{where}: {type(cause).__name__}: {cause}") from exc
+
+
+@dataclass(eq=False)
+class ModelSource:
+    """The `model` group: where the base model's folder is (`path()` makes it first when its factory builds on
+    demand, e.g. the tiny model)."""
+
+    node: DictConfig
+
+    def path(self) -> str:
+        """The base model's folder, made now if it must be."""
+        made = build(self.node, "model")
+        return made if isinstance(made, str) else str(self.node.path)
+
+
+@dataclass(eq=False)
+class EngineFactory:
+    """The `inference` group: makes the engine that serves a given weights folder (one per policy)."""
+
+    # Held by reference, not copied: a TRL rank sets its own inference.device on the run's config.
+    node: DictConfig
+
+    def __call__(self, model_path: str) -> Any:
+        """A new engine serving the model at `model_path`."""
+        return instantiate(self.node, model_path=model_path)
 
 
 @dataclass
@@ -70,6 +97,9 @@ class Plan:
     # The typed config (`RunConfig`, each group its option's schema dataclass): what code below the plan reads,
     # instead of the raw DictConfig and its casts.
     settings: Any = None
+    model: ModelSource | None = None  # the base model (`model` group)
+    engine_factory: EngineFactory | None = None  # model folder -> inference engine (`inference` group)
+    tracker: Tracker | None = None  # the run's tracking (`logger` group); None for a plan built to check only
     # How rollouts and sampled evals sample (`config.sampling.Sampling`, from the trainer's settings; None: the
     # trainer samples nothing): training, evals and the warm start's eval send its request kwargs.
     sampling: Any = None
@@ -77,27 +107,27 @@ class Plan:
     def describe(self, tracking_uri: str | None = None) -> str:
         """A human-readable plan of the run."""
         from agentrl.devices import describe_threads  # torch loads only once a plan is built
-        cfg = self.cfg
+        s = self.settings
         splits = ", ".join(f"{k}={v}" for k, v in self.bundle.splits().items())
         lines = [
             f"recipe     {self.choices.get('recipe') or '(none: the defaults)'}",
             f"env        {self.choices.get('env')}: bundle {self.bundle.name} v{self.bundle.version} ({splits}); "
-            f"train split {cfg.env.train_split}, eval split {cfg.env.eval_split}",
-            f"server     {cfg.env.server.url or 'started for this run on ' + cfg.env.server.host}, "
-            f"max_concurrent_envs={cfg.env.server.max_concurrent_envs}, sandbox {cfg.sandbox.kind}",
-            f"agent      {self.choices.get('agent')}: {type(self.agent).__name__} (max_turns={cfg.agent.max_turns})",
+            f"train split {s.env.train_split}, eval split {s.env.eval_split}",
+            f"server     {s.env.server.url or 'started for this run on ' + s.env.server.host}, "
+            f"max_concurrent_envs={s.env.server.max_concurrent_envs}, sandbox {s.sandbox.kind}",
+            f"agent      {self.choices.get('agent')}: {type(self.agent).__name__} (max_turns={s.agent.max_turns})",
             f"reward     {self.choices.get('reward')}: {self.reward!r}",
             f"trainer    {self.choices.get('trainer')}: {self.trainer_cls.__module__}.{self.trainer_cls.__name__}",
-            f"model      {self.choices.get('model')}: {cfg.model.path}",
-            f"inference  {self.choices.get('inference')}: {cfg.inference._target_}",
-            f"threads    {describe_threads(cfg)}",
+            f"model      {self.choices.get('model')}: {s.model.path}",
+            f"inference  {self.choices.get('inference')}: {s.inference._target_}",
+            f"threads    {describe_threads(self.settings)}",
             f"outputs    {self.run_dir}",
             f"root       {project_root()} ({project_root_reason()}); recipes from {', '.join(map(str, recipe_dirs()))}",
         ]
         if self.resume is not None:
             lines.append(f"resume     {self.resume.describe()}")
         if tracking_uri:
-            lines.append(f"metrics    MLflow {tracking_uri} (experiment {cfg.logger.experiment})")
+            lines.append(f"metrics    MLflow {tracking_uri} (experiment {self.settings.logger.experiment})")
         lines += [f"note       {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -124,8 +154,9 @@ def check_model(cfg: DictConfig) -> list[str]:
         raise PlanError(f"model.path={path}: {exc} (docs/models.md, \"The chat template\")") from exc
 
 
-def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path) -> Plan:
-    """Instantiate the cheap objects (bundle, agent, reward) and resolve the heavy ones (trainer, model, engine)."""
+def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path, tracked: bool = False) -> Plan:
+    """Instantiate the cheap objects (bundle, agent, reward; the tracker when `tracked`) and resolve the heavy ones
+    (trainer, model, engine: a `ModelSource` and an `EngineFactory` make them when the trainer asks)."""
     bundle, agent, reward = (build(cfg[group], group) for group in ("env", "agent", "reward"))
     # Trainers are constructed by run.py with the whole plan, so only their class is resolved here; the model
     # and the engine are made by the trainer, but a key their factories do not take fails now.
@@ -152,13 +183,13 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     from agentrl.devices import DeviceError, check_devices  # torch loads only once a plan is built
 
     try:
-        check_devices(cfg)
+        check_devices(settings)
     except DeviceError as exc:
         raise PlanError(str(exc)) from exc
     # An agent that cannot play this bundle says why now (agent=self_play: fewer roles than the game's seats).
     if callable(check := getattr(agent, "plan_problem", None)) and (problem := check(bundle)):
         raise PlanError(problem)
-    for split in (cfg.env.train_split, cfg.env.eval_split):
+    for split in (settings.env.train_split, settings.env.eval_split):
         if split not in bundle.splits():
             raise PlanError(f"env: bundle {bundle.name} has no split {split!r}; it has {sorted(bundle.splits())}")
     # A teacher the bundle does not offer fails here, before any model is made or trained.
@@ -166,8 +197,12 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
 
     if problem := teacher_problem(cfg, bundle):
         raise PlanError(problem)
-    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, notes=notes,
-                resume=plan_resume(cfg, choices, trainer_cls), settings=settings, sampling=sampling)
+    resume = plan_resume(cfg, choices, trainer_cls)
+    # Last: an MLflow store is opened only for a config that passed every check above.
+    tracker = build(cfg.logger, "logger", output_root=settings.paths.output_root) if tracked else None
+    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, notes=notes, resume=resume,
+                settings=settings, sampling=sampling, model=ModelSource(cfg.model),
+                engine_factory=EngineFactory(cfg.inference), tracker=tracker)
 
 
 def typed_settings(cfg: DictConfig) -> Any:

@@ -10,15 +10,13 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from agentrl.config.register import recipe_names
 from agentrl.config.validate import UnknownKeyError, check_typed_keys
 from agentrl.group_filter import AllGroupsFailing
 from agentrl.plan import Plan, PlanError, build_plan
-from agentrl.tracking.liveness import dead_run_note
-from agentrl.tracking.mlflow_tracker import DatasetRef, ui_command
+from agentrl.tracking.tracker import DatasetRef, Tracker
 from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.protocol import Trainer
 
@@ -43,12 +41,12 @@ def check_recipe(cfg: DictConfig) -> None:
 
 def dataset_refs(plan: Plan) -> list[DatasetRef]:
     """The bundle's train and eval splits as MLflow dataset inputs (one entry when both are the same split)."""
-    cfg, bundle = plan.cfg, plan.bundle
+    env, bundle = plan.settings.env, plan.bundle
     counts = bundle.splits()
     options = getattr(bundle, "data_options", dict)()
     source = str(getattr(bundle, "folder", None) or bundle.name)  # a folder bundle's files live there
     refs: dict[str, DatasetRef] = {}
-    for context, split in (("train", cfg.env.train_split), ("eval", cfg.env.eval_split)):
+    for context, split in (("train", env.train_split), ("eval", env.eval_split)):
         ref = DatasetRef(name=bundle.name, context=context, split=split, rows=counts[split],
                          version=str(getattr(bundle, "version", "")), source=source,
                          options=tuple(sorted(options.items())))
@@ -75,19 +73,17 @@ def engine_unavailable() -> type[Exception]:
     return EngineUnavailable
 
 
-def closing_block(*, status: str, run_dir: Path, tracker: Any, metrics: dict[str, Any], wall_s: float,
+def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict[str, Any], wall_s: float,
                   resumable: bool = True) -> str:
     """The one block the end of a run prints: where it all is, what it scored, where the time went.
 
     Reports only what is present: a trainer that returns no greedy eval or no time split gets no such line.
     """
     lines = [f"== agentrl run {status} in {_minutes(wall_s)}", f"run folder    {run_dir}"]
-    uri = getattr(tracker, "tracking_uri", None)
-    if uri:
+    if uri := tracker.tracking_uri:
         lines.append(f"MLflow        {uri}  experiment {tracker.experiment}  run {tracker.run_id}")
-        lines.append(f"browse        {ui_command(uri)}")
-        url = tracker.url() if hasattr(tracker, "url") else None
-        if url:
+        lines.append(f"browse        {tracker.ui_command()}")
+        if url := tracker.url():
             lines.append(f"              then {url}")
     sampled, greedy = _value(metrics, "eval/reward"), _value(metrics, "eval_greedy/reward")
     scores = [f"{v:.3f} {how}" for v, how in ((sampled, "sampled"), (greedy, "greedy-decoded")) if v is not None]
@@ -96,25 +92,19 @@ def closing_block(*, status: str, run_dir: Path, tracker: Any, metrics: dict[str
     parts = [f"{name} {_minutes(s)}" for name, key in TIME_KEYS if (s := _value(metrics, key)) is not None]
     if parts:
         lines.append(f"wall time     {', '.join(parts)} (total {_minutes(wall_s)})")
-    for dead in getattr(tracker, "dead_runs", ()):  # earlier runs a kill left RUNNING, closed at this start
-        if dead.task == getattr(tracker, "task_name", None):
-            lines += dead_run_note(dead, resumable=resumable)
+    lines += tracker.dead_run_notes(resumable=resumable)  # earlier runs a kill left RUNNING, closed at this start
     return "\n".join(lines)
 
 
-def check_reopenable(tracker: Any, target: Any) -> None:
+def check_reopenable(tracker: Tracker, target: Any) -> None:
     """Refuse, naming the store, a resume whose checkpoint's MLflow run is not in this tracking store."""
-    if getattr(tracker, "client", None) is None:
-        return
-    try:
-        tracker.client.get_run(target.run_id)
-    except Exception as err:  # noqa: BLE001 - MLflow's not-found error; any failure here means: not reopenable
+    if problem := tracker.reopen_problem(target.run_id):
         raise SystemExit(f"agentrl: trainer.resume: checkpoint {target.checkpoint} belongs to MLflow run "
-                         f"{target.run_id}, which {tracker.tracking_uri} cannot open ({type(err).__name__}); point "
-                         "MLFLOW_TRACKING_URI or logger.tracking_uri at the store it was logged to") from None
+                         f"{target.run_id}, which {tracker.tracking_uri} cannot open ({problem}); point "
+                         "MLFLOW_TRACKING_URI or logger.tracking_uri at the store it was logged to")
 
 
-def mark_resume(tracker: Any, plan: Plan, run_dir: Path) -> None:
+def mark_resume(tracker: Tracker, plan: Plan, run_dir: Path) -> None:
     """Tag the reopened run with what it resumed (and what a forced resume changed) and log the config it resumes
     with: its params stay the values it started with (MLflow params never change)."""
     from omegaconf import OmegaConf
@@ -140,13 +130,14 @@ def run(cfg: DictConfig) -> float | None:
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith(("hydra/", "schema/"))}
     run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        plan = build_plan(cfg, choices=choices, run_dir=run_dir)
+        plan = build_plan(cfg, choices=choices, run_dir=run_dir, tracked=True)
     except PlanError as err:
         raise SystemExit(f"agentrl: {err}") from None
 
-    tracker = instantiate(cfg.logger, output_root=cfg.paths.output_root)
+    tracker = plan.tracker
     # A dry run never reopens the checkpoint's run: the plan's `resume` line says what a real run would resume.
-    resuming = plan.resume is not None and plan.resume.checkpoint is not None and not cfg.dry_run
+    dry_run = plan.settings.dry_run
+    resuming = plan.resume is not None and plan.resume.checkpoint is not None and not dry_run
     resume_run_id = plan.resume.run_id if resuming else None
     if plan.resume is not None and plan.resume.checkpoint is not None and plan.resume.run_id:
         check_reopenable(tracker, plan.resume)  # a dry run too: the run it names must be in this store
@@ -160,10 +151,10 @@ def run(cfg: DictConfig) -> float | None:
     if resuming:
         mark_resume(tracker, plan, run_dir)
     print(plan.describe(tracker.tracking_uri), flush=True)
-    if cfg.dry_run:
+    if dry_run:
         if report := plan.trainer_cls.dry_run_report(cfg, plan):  # e.g. Miles: the exact command it would launch
             print(report, flush=True)
-        apart = " (kept apart from the real runs)" if tracker.experiment != cfg.logger.experiment else ""
+        apart = " (kept apart from the real runs)" if tracker.experiment != plan.settings.logger.experiment else ""
         print(f"dry run: composed, validated and instantiated; MLflow run {tracker.run_id} "
               f"in experiment {tracker.experiment}{apart}", flush=True)
         tracker.finish()

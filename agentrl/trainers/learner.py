@@ -45,18 +45,16 @@ class Algorithm:
 
     @classmethod
     def from_config(cls, t: Any) -> Algorithm:
-        """The trainer config's choices with its nulls filled by the loss's own defaults (`grpo_math`)."""
-        loss = str(t.get("loss", "grpo"))
-        low, high = DEFAULT_CLIPS[loss]
-        max_tokens = int(t.get("overlong_max_tokens") or 0) if loss == "dapo" else 0
-        buffer = t.get("overlong_buffer")
-        return cls(loss=loss, advantage=str(t.get("advantage") or DEFAULT_ADVANTAGE[loss]),
-                   clip_low=float(low if t.get("clip_low") is None else t.clip_low),
-                   clip_high=float(high if t.get("clip_high") is None else t.clip_high),
-                   kl_coef=float(t.get("kl_coef", 0.0)), kl_estimator=str(t.get("kl_estimator", "k3")),
-                   entropy_coef=float(t.get("entropy_coef", 0.0)), tis_cap=float(t.get("tis_cap", 0.0)),
-                   norm_tokens=int(t.get("norm_tokens", 512)), overlong_max_tokens=max_tokens,
-                   overlong_buffer=int(buffer) if buffer is not None else max(1, max_tokens // 5) if max_tokens else 0)
+        """The trainer's typed settings (`AlgorithmConfig`'s keys) with their nulls filled by the loss's own
+        defaults (`grpo_math`)."""
+        low, high = DEFAULT_CLIPS[t.loss]
+        max_tokens = (t.overlong_max_tokens or 0) if t.loss == "dapo" else 0
+        buffer = t.overlong_buffer if t.overlong_buffer is not None else max(1, max_tokens // 5) if max_tokens else 0
+        return cls(loss=t.loss, advantage=t.advantage or DEFAULT_ADVANTAGE[t.loss],
+                   clip_low=low if t.clip_low is None else t.clip_low,
+                   clip_high=high if t.clip_high is None else t.clip_high,
+                   kl_coef=t.kl_coef, kl_estimator=t.kl_estimator, entropy_coef=t.entropy_coef, tis_cap=t.tis_cap,
+                   norm_tokens=t.norm_tokens, overlong_max_tokens=max_tokens, overlong_buffer=buffer)
 
 
 @dataclass

@@ -124,7 +124,7 @@ def check_config(cfg: Any) -> None:
     for key in ("prompts_per_step", "samples_per_prompt", "global_batch_size", "steps", "gpus_per_node",
                 "num_nodes", "rollout_gpus_per_engine", "tensor_parallel", "max_response_tokens",
                 "max_drops_in_a_row"):
-        if int(t[key]) < 1:
+        if t[key] < 1:  # typed ints (the schema's)
             raise MilesConfigError(f"trainer.{key} must be >= 1, got {t[key]}")
     if t.prompts_per_step * t.samples_per_prompt != t.global_batch_size:
         raise MilesConfigError(
@@ -341,7 +341,7 @@ def build_launch(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) 
     """The whole launch: argv and environment."""
     env, secret = build_env(ctx)
     # Read in the Ray workers: by the group filter, and by the agent function wrapper.
-    env[MAX_DROPS_ENV] = str(int(cfg.trainer.max_drops_in_a_row))
+    env[MAX_DROPS_ENV] = str(cfg.trainer.max_drops_in_a_row)
     env[DROP_NO_SIGNAL_ENV] = "1" if cfg.trainer.drop_no_signal else "0"
     env[AGENT_FUNCTION_ENV] = str(cfg.trainer.agent_function)
     return MilesLaunch(build_argv(cfg, ctx, model_args=model_args), env, secret)

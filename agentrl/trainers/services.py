@@ -7,13 +7,13 @@ beside them (on a free port); the runner routes that role's sessions there. Noth
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
+from agentrl.config.trainer import DependencyWatchConfig
 from agentrl.trainers.dependency import ENGINE_FAILURES, ENV_FAILURES, Breaker, Dependency
 from agentrl.trainers.failure_notes import FailureNotes
 from agentrl.trainers.policies import MAIN, Policy, routing, untrained_roles
@@ -50,62 +50,60 @@ class RolloutServices:
         self._stops.clear()
 
 
-def dependency_breaker(t: DictConfig, env_url: str, engine_url: str) -> Breaker | None:
+def dependency_breaker(t: Any, env_url: str, engine_url: str) -> Breaker | None:
     """The circuit breaker on the env server and the engine (`trainer.dependency_grace_s`, ...), for a trainer
-    whose schema has those keys (grpo, trl); None otherwise (sft: its evaluations just score what they get)."""
-    if "dependency_grace_s" not in t:
+    whose settings watch their dependencies (grpo, trl); None otherwise (sft: its evaluations just score what
+    they get)."""
+    if not isinstance(t, DependencyWatchConfig):
         return None
     deps = [Dependency("env server", env_url, ENV_FAILURES), Dependency("engine (its session server)", engine_url, ENGINE_FAILURES)]
-    return Breaker(deps, grace_s=float(t.dependency_grace_s), max_failures=int(t.max_dependency_failures),
-                   on_loss=str(t.on_dependency_loss), notes=FailureNotes(float(t.warn_failure_share)))
+    return Breaker(deps, grace_s=t.dependency_grace_s, max_failures=t.max_dependency_failures,
+                   on_loss=t.on_dependency_loss, notes=FailureNotes(t.warn_failure_share))
 
 
-def start_services(cfg: DictConfig, plan: Any, model_path: str, policies: Sequence[Policy] = ()) -> RolloutServices:
+def start_services(cfg: Any, plan: Any, model_path: str, policies: Sequence[Policy] = ()) -> RolloutServices:
     """Start the engine on `model_path` (the shared policy, `main`), a session server over it, and the env server
     (unless env.server.url). Every other policy in `policies` that is a model folder gets its own engine (on
     `policy.path`) and session server.
-    """
-    from hydra.utils import instantiate
 
+    Everything comes from the plan: its engine factory, its bundle, agent and reward, and its typed settings.
+    `cfg` is not read (callers still pass it; it goes once they do not).
+    """
     from agentrl.envs.server import build_app, start_server_in_thread
     from agentrl.inference.server import start_session_server
 
+    settings = plan.settings
+    server, inference = settings.env.server, settings.inference
+    session_options = {"default_max_tokens": settings.agent.max_response_tokens,
+                       "tool_format": settings.model.tool_format, "max_body_bytes": inference.max_body_bytes}
     stops: list[Any] = []
     try:
-        server_cfg = cfg.env.server
-        env_url = server_cfg.url
+        env_url = server.url
         if not env_url:
-            sandbox = OmegaConf.to_container(cfg.sandbox, resolve=True)
-            app = build_app(plan.bundle, max_concurrent_envs=int(server_cfg.max_concurrent_envs), sandbox=sandbox,
-                            tool_timeout=float(server_cfg.tool_timeout),
-                            reset_timeout=float(server_cfg.reset_timeout))
-            env_url, stop_env = start_server_in_thread(app, server_cfg.host, int(server_cfg.port))
+            app = build_app(plan.bundle, max_concurrent_envs=server.max_concurrent_envs,
+                            sandbox=dataclasses.asdict(settings.sandbox), tool_timeout=server.tool_timeout,
+                            reset_timeout=server.reset_timeout)
+            env_url, stop_env = start_server_in_thread(app, server.host, server.port)
             stops.append(stop_env)
-        engine = instantiate(cfg.inference, model_path=model_path)
+        engine = plan.engine_factory(model_path)
         stops.append(engine.close)
-        session_server = start_session_server(engine, host=cfg.inference.host, port=int(cfg.inference.port),
-                                              default_max_tokens=int(cfg.agent.max_response_tokens),
-                                              tool_format=str(cfg.model.tool_format),
-                                              max_body_bytes=int(cfg.inference.max_body_bytes))
+        session_server = start_session_server(engine, host=inference.host, port=inference.port, **session_options)
         stops.append(session_server.stop)
         engines, servers = {MAIN: engine}, {}
         for policy in policies:
             if policy.external or policy.name == MAIN:
                 continue
-            engines[policy.name] = instantiate(cfg.inference, model_path=policy.path)
+            engines[policy.name] = plan.engine_factory(policy.path)
             stops.append(engines[policy.name].close)
-            own = start_session_server(engines[policy.name], host=cfg.inference.host, port=0,
-                                       default_max_tokens=int(cfg.agent.max_response_tokens),
-                                       tool_format=str(cfg.model.tool_format),
-                                       max_body_bytes=int(cfg.inference.max_body_bytes))
+            own = start_session_server(engines[policy.name], host=inference.host, port=0, **session_options)
             stops.append(own.stop)
             servers[policy.name] = own.base_url
-        frozen = [r.name for r in cfg.agent.get("roles", []) or [] if r.get("frozen")] + untrained_roles(policies)
+        roles = getattr(settings.agent, "roles", None) or []  # only the multi-role patterns' schemas have roles
+        frozen = [r.name for r in roles if r.frozen] + untrained_roles(policies)
         runner = RolloutRunner(agent_for(plan.agent), session_server, reward=plan.reward,
                                frozen_roles=frozen, **routing(policies, servers))
-        runner.breaker = dependency_breaker(cfg.trainer, env_url, session_server.base_url)
-        settings = OmegaConf.to_container(server_cfg, resolve=True)
-        return RolloutServices(engine, session_server, env_url, runner, settings, stops, engines)
+        runner.breaker = dependency_breaker(settings.trainer, env_url, session_server.base_url)
+        return RolloutServices(engine, session_server, env_url, runner, dataclasses.asdict(server), stops, engines)
     except BaseException:
         for stop in reversed(stops):
             stop()

@@ -36,7 +36,6 @@ from agentrl.trainers.protocol import TrainerBase
 log = logging.getLogger(__name__)
 
 
-_UNSET: Any = object()  # "not given": build the run's agent from the config
 
 # The settings of an SFT run: `trainer` (trainer=sft) and `trainer.warm_start` (GRPO's warm start) both hold them.
 SFT_SETTINGS = ("teacher", "steps", "lr", "batch_samples", "warmup_steps", "augment", "weight_decay")
@@ -52,29 +51,15 @@ def data_key(bundle: Any) -> str:
     return "|".join(map(str, options.values())) if options else "None"
 
 
-def _run_agent(cfg: DictConfig) -> Any:
-    """The run's agent built from `cfg.agent`, or None for a config without one."""
-    if cfg.get("agent") is None:
-        return None
-    from hydra.utils import instantiate
-
-    return instantiate(cfg.agent)
-
-
-def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any = None, agent: Any = _UNSET) -> Path:
+def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any, agent: Any = None) -> Path:
     """Where the SFT result for these settings lives: reused by every run that asks for the same warm start.
 
     The key holds the bundle, its data options, the train split, the base model, the seed, `SFT_SETTINGS`,
     `generated` when set, and, for an agent that makes role demonstrations, its pattern and
     `demonstration_options()` (the folder name then says the pattern): two patterns never share a warm start.
-    `bundle` and `agent` are the run's (built from `cfg.env` and `cfg.agent` when not given).
+    `bundle` and `agent` are the plan's (no agent: a run without one).
     """
     env = cfg.env
-    if bundle is None:
-        from hydra.utils import instantiate
-
-        bundle = instantiate(env)
-    agent = _run_agent(cfg) if agent is _UNSET else agent
     parts = [env.bundle, data_key(bundle), env.train_split, cfg.model.path, cfg.seed,
              *(settings[k] for k in SFT_SETTINGS)]
     if settings.get("generated"):  # a later setting: keys without it keep the folder names cached before it
@@ -226,15 +211,13 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
     episodes every `eval_every` steps: as `sft/loss` and `eval/*`, or with a `prefix` as `<prefix>/loss` and
     `<prefix>/eval/*` (GRPO's warm start logs under `warm_start` in the GRPO run).
     """
-    from hydra.utils import instantiate
     from transformers import AutoTokenizer
 
     from agentrl.trainers.services import start_services
     from agentrl.trainers.trained_model import load_trained_model
 
     torch.manual_seed(int(cfg.seed))
-    base = instantiate(cfg.model)
-    base_path = base if isinstance(base, str) else str(cfg.model.path)
+    base_path = plan.model.path()  # the plan's model source: made here the first time (the tiny model)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     device = train_device(cfg)
     model = load_trained_model(base_path, cfg.model, device)  # model.dtype, model.gradient_checkpointing

@@ -8,8 +8,9 @@ import torch
 
 
 def train_dtype(model_cfg: Any) -> torch.dtype:
-    """`model.dtype` as a torch dtype (float32 for a config without the key)."""
-    name = str((model_cfg.get("dtype") if model_cfg is not None else None) or "float32")
+    """`model.dtype` as a torch dtype (float32 for a model schema without the key). `model_cfg`: the plan's typed
+    `settings.model` (a DictConfig reads the same)."""
+    name = str(getattr(model_cfg, "dtype", None) or "float32")
     return getattr(torch, name)
 
 
@@ -24,7 +25,7 @@ def checkpointing(model: Any) -> bool:
 
 def prepare_for_training(model: Any, model_cfg: Any) -> Any:
     """Turn on gradient checkpointing when `model.gradient_checkpointing` asks for it; returns the model."""
-    if model_cfg is not None and model_cfg.get("gradient_checkpointing"):
+    if getattr(model_cfg, "gradient_checkpointing", False):
         # Non-reentrant checkpointing works with inputs that need no grad and with autocast; no KV cache then.
         enable = getattr(model, "activation_checkpointing_enable", None)
         if enable is not None:

@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from agentrl.config.portable import to_portable
 from agentrl.console import progress, run_relayed
 from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.evaluate import step_line
@@ -206,7 +207,8 @@ class TRLTrainer(TrainerBase):
         metrics_path.unlink(missing_ok=True)
         final_path.unlink(missing_ok=True)
         (run_dir / LOST_FILE).unlink(missing_ok=True)
-        spec = {"config": OmegaConf.to_container(self.cfg, resolve=True), "start_path": start_path,
+        # Each rank rebuilds the plan from the typed config and the choices (agentrl/trl_rank.py).
+        spec = {"config": to_portable(self.cfg), "choices": dict(self.plan.choices), "start_path": start_path,
                 "output_dir": str(output_dir), "run_dir": str(run_dir), "metrics_path": str(metrics_path),
                 "final_path": str(final_path), **resumed}
         spec_path = run_dir / "trl_spec.json"

@@ -19,7 +19,7 @@ LOSSES = {"grpo": ("dapo", "token"), "dapo": ("dapo", "token"), "dr_grpo": ("dr_
           "gspo": ("grpo", "sequence")}
 # Our advantages -> TRL's scale_rewards (both subtract the group mean; group_norm also divides by its std).
 ADVANTAGES = {"group_norm": "group", "group_mean": "none"}
-WORKER_MODULE = "agentrl.trainers.trl_worker"
+WORKER_MODULE = "agentrl.trl_rank"
 
 # Settings of ours that TRL's GRPOTrainer has no counterpart for: the only value accepted, and why.
 LACKS: dict[str, tuple[Any, str]] = {

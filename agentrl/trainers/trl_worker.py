@@ -7,7 +7,7 @@ step's plays the engine gets TRL's current weights (as TRL syncs vLLM). A play's
 TRL's (prompt_ids, completion_ids, logprobs, env_mask): the first turn's prompt, then everything after it with
 mask 1 on model tokens and 0 on tool/user tokens; its reward reaches TRL through a reward function that
 returns it. Rank 0 runs agentrl's evaluator and sends every metric to a sink (the Tracker, or a JSON Lines
-file the parent forwards). `python -m agentrl.trainers.trl_worker SPEC` is what `accelerate launch` starts.
+file the parent forwards). `accelerate launch` starts `agentrl.trl_rank`, which builds the plan and calls `train`.
 """
 
 from __future__ import annotations
@@ -17,23 +17,19 @@ import dataclasses
 import json
 import logging
 import os
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from agentrl.agents.record import Rollout
-from agentrl.config.sampling import Sampling
-from agentrl.console import TRL_SILENCE, quiet_console
+from agentrl.console import TRL_SILENCE
 from agentrl.devices import set_threads
 from agentrl.group_filter import FAILED, group_drop_reason
-from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.evaluate import trainer_eval
 from agentrl.trainers.resume import TRANSFORMERS, checkpoint_step, resumed_history, write_record
 from agentrl.trainers.rollout import make_row
@@ -303,36 +299,3 @@ def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_d
     finally:
         services.close()
     return final
-
-
-def main(argv: list[str] | None = None) -> None:
-    """The accelerate entry: read the spec the parent wrote, train, rank 0 writes metrics and the final result."""
-    from hydra.utils import instantiate
-
-    spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
-    cfg = OmegaConf.create(spec["config"])
-    t = cfg.trainer  # TODO(#28, plan part): the worker's real plan carries this Sampling already
-    plan = SimpleNamespace(bundle=instantiate(cfg.env), agent=instantiate(cfg.agent), reward=instantiate(cfg.reward),
-                           sampling=Sampling(t.temperature, t.top_p, t.top_k))
-    metrics_path = Path(spec["metrics_path"])
-
-    def to_file(metrics: dict[str, float], step: int) -> None:
-        with metrics_path.open("a") as f:  # one line per call; the parent tails this file into the Tracker
-            f.write(json.dumps({"step": step, "metrics": metrics}) + "\n")
-
-    try:
-        final = train(cfg, plan, start_path=spec["start_path"], output_dir=spec["output_dir"],
-                      run_dir=spec["run_dir"], sink=to_file, resume_from=spec.get("resume_from"),
-                      record=spec.get("record"))
-    except DependencyLost as err:  # the parent reads it: one line for the user, not a rank's traceback
-        Path(spec["run_dir"], LOST_FILE).write_text(str(err))
-        raise
-    if final:
-        Path(spec["final_path"]).write_text(json.dumps(final))
-
-
-if __name__ == "__main__":
-    quiet_console()
-    logging.basicConfig(level=logging.INFO)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per chat turn would drown the output
-    main()

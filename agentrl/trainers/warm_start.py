@@ -48,15 +48,13 @@ def teacher_problem(cfg: DictConfig, bundle: Any) -> str | None:
 
 def warm_start_path(cfg: DictConfig, plan: Any, tracker: Any = None) -> str:
     """The folder training starts from: `trainer.warm_start.checkpoint`, the SFT result (made if missing), or
-    the base model when the warm start is off. With a tracker, a warm start made here is logged to it."""
-    from hydra.utils import instantiate
-
+    the base model (the plan's model source) when the warm start is off. With a tracker, a warm start made here
+    is logged to it."""
     from agentrl.trainers.sft import role_demonstrations, run_sft, sft_checkpoint_path
 
     ws = cfg.trainer.warm_start
     if not ws.enabled:
-        made = instantiate(cfg.model)
-        return made if isinstance(made, str) else str(cfg.model.path)
+        return plan.model.path()
     if ws.checkpoint:
         if not Path(ws.checkpoint).is_dir():
             raise FileNotFoundError(f"trainer.warm_start.checkpoint={ws.checkpoint} does not exist")

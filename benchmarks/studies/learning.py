@@ -110,7 +110,7 @@ def part_one(args: argparse.Namespace, home: Path, common: list[str], limit: int
 
     cfg = compose(["+recipe=gridsim_sft", f"trainer.steps={args.sft_steps}", *common, *sft_overrides(args, "trainer")])
     plan = plan_for(cfg, home / "run-sft")
-    out = sft_checkpoint_path(cfg, cfg.trainer)
+    out = sft_checkpoint_path(cfg, cfg.trainer, plan.bundle, plan.agent)
     t0 = time.monotonic()
     done = (out / "config.json").is_file()
     sft = {"sft/loss": float("nan")} if done else run_sft(cfg, plan, out, cfg.trainer)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from agentrl.envs.bundles import load_bundle
@@ -25,7 +26,7 @@ def _folder(tmp_path: Path, agent: dict | None) -> Path:
     cfg = OmegaConf.create({"env": {"bundle": "arith", "train_split": "train"}, "model": {"path": "/m/tiny"},
                             "seed": 0, "paths": {"checkpoint_dir": str(tmp_path)},
                             **({"agent": agent} if agent is not None else {})})
-    return sft_checkpoint_path(cfg, SETTINGS, load_bundle("arith"))
+    return sft_checkpoint_path(cfg, SETTINGS, load_bundle("arith"), instantiate(agent) if agent else None)
 
 
 def test_each_pattern_gets_its_own_warm_start_folder(tmp_path: Path) -> None:

@@ -105,7 +105,7 @@ def test_dry_run_prints_the_grpo_config_and_the_launch(tmp_path: Path) -> None:
     assert "generation_batch_size=32," in done.stdout and "per_device_train_batch_size=8," in done.stdout
     assert "gradient_accumulation_steps=2," in done.stdout  # 32 completions / 2 processes / micro-batch 8
     launch = next(line for line in done.stdout.splitlines() if line.startswith("launch: "))
-    assert "accelerate.commands.launch --multi_gpu" in launch and "-m agentrl.trainers.trl_worker" in launch
+    assert "accelerate.commands.launch --multi_gpu" in launch and "-m agentrl.trl_rank" in launch
 
 
 def _cfg(**trainer: object) -> object:

@@ -1,0 +1,78 @@
+"""Config becomes objects in one place, the plan (issue 28): no module below it instantiates a config group, and
+the modules converted to the plan's typed settings read no `cfg` (AST scans); the plan carries the model source,
+the engine factory and, for a run, the tracker."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from agentrl.config import register_configs
+from agentrl.config.locate import conf_dir
+from agentrl.plan import EngineFactory, ModelSource, PlanError, build_plan
+
+ROOT = Path(__file__).resolve().parents[1] / "agentrl"
+# Entry points that serve one group with no training plan of their own (python -m agentrl.envs.serve, ...).
+STANDALONE_SERVERS = {"envs/serve.py", "inference/serve.py"}
+# Modules that take everything from the plan (its objects and `plan.settings`) and read no `cfg` at all.
+CFG_FREE = ["trainers/services.py", "trainers/learner.py", "devices.py", "trl_rank.py"]
+
+
+def _calls_instantiate(tree: ast.AST) -> list[int]:
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name == "instantiate":
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_plan_turns_config_groups_into_objects() -> None:
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "plan.py" or rel in STANDALONE_SERVERS:
+            continue
+        found += [f"agentrl/{rel}:{line}" for line in _calls_instantiate(ast.parse(path.read_text()))]
+    assert found == [], f"instantiate() below the plan (use the plan's objects): {found}"
+
+
+@pytest.mark.parametrize("rel", CFG_FREE)
+def test_converted_modules_read_no_cfg(rel: str) -> None:
+    tree = ast.parse((ROOT / rel).read_text())
+    reads = [f"agentrl/{rel}:{n.lineno}: {ast.unparse(n)}" for n in ast.walk(tree)
+             if isinstance(n, ast.Attribute | ast.Subscript) and isinstance(n.value, ast.Name)
+             and n.value.id in ("cfg", "server_cfg") and isinstance(n.ctx, ast.Load)]
+    assert reads == [], f"read plan.settings instead: {reads}"
+
+
+def _cfg(tmp_path: Path, *overrides: str):
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            return compose("config", overrides=[*overrides, f"paths.output_root={tmp_path / 'out'}"])
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_the_plan_carries_the_model_source_engine_factory_and_tracker(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, "+recipe=gridsim_grpo", f"logger.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}")
+    checked = build_plan(cfg, choices={}, run_dir=tmp_path / "run")
+    assert isinstance(checked.model, ModelSource) and isinstance(checked.engine_factory, EngineFactory)
+    assert checked.tracker is None  # a plan built to check opens no tracking store
+    plan = build_plan(cfg, choices={}, run_dir=tmp_path / "run", tracked=True)
+    assert plan.tracker.tracking_uri == f"sqlite:///{tmp_path / 'mlflow.db'}" and plan.tracker.run_id is None
+    assert plan.model.path() == plan.settings.model.path  # the tiny model, made where model.path says
+
+
+def test_a_logger_setting_its_tracker_refuses_fails_as_a_plan_error(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, "+recipe=gridsim_grpo", "logger.heartbeat_s=0")
+    with pytest.raises(PlanError, match=r"logger: .*logger.heartbeat_s must be > 0"):
+        build_plan(cfg, choices={}, run_dir=tmp_path / "run", tracked=True)
