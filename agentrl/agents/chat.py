@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from agentrl.agents.record import Failure, Rollout
+from agentrl.agents.record import Failure, Rollout, Turn
 
 
 class ChatError(Exception):
@@ -108,6 +109,16 @@ async def chat(
     )
 
 
+def _since_last_reply(messages: list[dict[str, Any]], record: Rollout) -> list[dict[str, Any]]:
+    """The messages after the record's previous reply (all of them before its first): a transcript's delta."""
+    if record.transcript:
+        last = record.transcript[-1].reply
+        for i in range(len(messages) - 1, -1, -1):
+            if messages[i] is last:
+                return messages[i + 1:]
+    return list(messages)
+
+
 async def role_turn(client: httpx.AsyncClient, base_url: str, messages: list[dict[str, Any]], record: Rollout,
                     *, request_kwargs: dict[str, Any], max_response_tokens: int | None = None,
                     max_context_tokens: int | None = None, timeout: float = 600.0) -> ChatReply | None:
@@ -119,12 +130,15 @@ async def role_turn(client: httpx.AsyncClient, base_url: str, messages: list[dic
         if context + (max_response_tokens or 0) > max_context_tokens:
             record.flag(Failure.OVER_BUDGET, f"about {context} tokens + a reply exceed {max_context_tokens}")
             return None
+    began = time.time_ns()
     try:
         reply = await chat(client, base_url, messages, request_kwargs=vary_seed(request_kwargs, "turn", record.turns),
                            max_tokens=max_response_tokens, timeout=timeout)
     except ChatError as exc:
         record.flag(Failure(exc.failure), str(exc))
         return None
+    record.transcript.append(Turn(request=_since_last_reply(messages, record), reply=reply.message,
+                                  finish_reason=reply.finish_reason, start_ns=began, end_ns=time.time_ns()))
     messages.append(reply.message)
     record.turns += 1
     record.completion_tokens += reply.completion_tokens

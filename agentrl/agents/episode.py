@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import httpx
 
 from agentrl.agents.chat import ChatError, ChatReply, chat, estimate_tokens, vary_seed
-from agentrl.agents.record import Failure, Rollout
+from agentrl.agents.record import Failure, Rollout, ToolCall, Turn
 from agentrl.config.agent import ToolCallingAgentConfig
 from agentrl.config.env import EnvServerConfig
 from agentrl.envs import strict_json
@@ -50,6 +51,7 @@ class _Play:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     uncounted: list[dict[str, Any]] = field(default_factory=list)  # messages appended since the last count
+    recorded: int = 0  # messages[:recorded] are in the transcript already
     final: CallResult | None = None
 
     def flag(self, failure: Failure, error: str) -> None:
@@ -138,6 +140,7 @@ async def _model_turn(client: httpx.AsyncClient, base_url: str, play: _Play, req
             play.flag(Failure.OVER_BUDGET, f"the next turn needs about {context} + {max_response or 0} tokens; "
                                            f"the budget is {settings.max_context_tokens}")
             return None
+    began = time.time_ns()
     try:
         reply = await chat(client, base_url, play.messages, tools=play.tools,
                            request_kwargs=vary_seed(request_kwargs, "turn", rec.turns), max_tokens=max_response,
@@ -148,8 +151,12 @@ async def _model_turn(client: httpx.AsyncClient, base_url: str, play: _Play, req
     rec.turns += 1
     rec.completion_tokens += reply.completion_tokens
     rec.context_tokens = reply.total_tokens
+    # The transcript keeps references to the messages, not copies: a turn costs only its own list.
+    rec.transcript.append(Turn(request=play.messages[play.recorded:], reply=reply.message,
+                               finish_reason=reply.finish_reason, start_ns=began, end_ns=time.time_ns()))
     # Echo the assistant message exactly as returned: the session server checks it on the next request.
     play.messages.append(reply.message)
+    play.recorded = len(play.messages)
     play.uncounted = []
     return reply
 
@@ -193,20 +200,25 @@ def _unparsed_call(reply: ChatReply) -> str | None:
 async def _tool_calls(env: EpisodeClient, play: _Play, reply: ChatReply) -> bool:
     """Run the reply's tool calls in order; False when the episode ended (done or flagged)."""
     rec = play.record
+    calls = rec.transcript[-1].calls
     for call in reply.tool_calls:
         fn = call.get("function") or {}
         name = str(fn.get("name") or "")
         arguments, problem = _parse_arguments(fn.get("arguments", "{}"))
         if arguments is None:
             rec.invalid_calls += 1
+            calls.append(ToolCall(name, fn.get("arguments"), invalid=problem))
             text = f"error: the arguments of {name!r} are {problem}; call it again with a JSON object"
             _append(play, {"role": "tool", "tool_call_id": call.get("id", ""), "name": name, "content": text})
             continue
         rec.tool_calls += 1
         rec.answer = call_answer(name, arguments)
+        calls.append(ToolCall(name, arguments, start_ns=time.time_ns()))
         result = await _call(env, name, arguments, play)
+        calls[-1].end_ns = time.time_ns()
         if result is None:
             return False
+        calls[-1].answer = result.text
         if result.done:
             _finish(play, result)
             return False
@@ -229,7 +241,12 @@ async def _play_turns(env: EpisodeClient, client: httpx.AsyncClient, base_url: s
                 return
         elif unparsed is None:
             rec.answer = reply.content
+            ended = ToolCall(END_TURN, {"response": reply.content}, start_ns=time.time_ns())
+            rec.transcript[-1].calls.append(ended)
             result = await _call(env, END_TURN, {"response": reply.content}, play)
+            ended.end_ns = time.time_ns()
+            if result is not None:
+                ended.answer = result.text
             if result is None or result.done:
                 if result is not None:
                     _finish(play, result)
@@ -240,6 +257,7 @@ async def _play_turns(env: EpisodeClient, client: httpx.AsyncClient, base_url: s
         if unparsed is not None:
             # An invalid call, answered like malformed arguments, so the model is told and tries again.
             rec.invalid_calls += 1
+            rec.transcript[-1].invalid = unparsed
             _append(play, {"role": "user", "content": f"error: {unparsed}; call the tool again with its "
                                                       "arguments as a JSON object"})
         if reply.finish_reason == "length":

@@ -56,6 +56,32 @@ MODEL_FAILURES = frozenset({Failure.TRUNCATED, Failure.OVER_BUDGET, Failure.MAX_
 
 
 @dataclass
+class ToolCall:
+    """One tool call of a model turn: its arguments, and the env's answer or why it was refused."""
+
+    name: str
+    arguments: Any  # the parsed object; the raw text when it was not a JSON object
+    answer: str = ""  # the env's answer (its text)
+    invalid: str = ""  # why the call was refused before reaching the env ("" when it was valid)
+    start_ns: int = 0  # wall clock (time.time_ns) around the env's answer, for the trace's timeline
+    end_ns: int = 0
+
+
+@dataclass
+class Turn:
+    """One model turn as played. `request` holds only the messages added since the previous turn's reply (the
+    first turn: the whole opening), so a transcript costs its conversation once, not once per turn."""
+
+    request: list[dict[str, Any]]
+    reply: dict[str, Any]  # the assistant message as returned: content, reasoning, tool_calls
+    finish_reason: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+    invalid: str = ""  # why the reply itself was refused (a tool call the endpoint could not parse)
+    start_ns: int = 0  # wall clock (time.time_ns) around the model's reply, for the trace's timeline
+    end_ns: int = 0
+
+
+@dataclass
 class Rollout:
     """One trainable sample's record: the role's session, its scores and reward, its counts, its failure."""
 
@@ -81,6 +107,7 @@ class Rollout:
     frozen: bool = False  # played, never trained
     model: str | None = None  # the role's own model, when it has one
     details: dict[str, Any] = field(default_factory=dict)  # pattern-specific facts, for traces (selected, label)
+    transcript: list[Turn] = field(default_factory=list)  # the model turns as played (episode traces)
     # Set by the built-in trainer's runner:
     group: tuple[Any, ...] = ()  # GRPO normalizes advantages within it: (split, index, role group)
     policy: str = "main"  # the model that played it, and the only one its sample may update

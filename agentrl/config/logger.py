@@ -24,3 +24,6 @@ class MLflowLoggerConfig(LoggerConfig):
     # A RUNNING run of another host whose heartbeat is older than this is closed as KILLED at the next start
     # (on this host a run is closed as soon as its process is gone).
     stale_after_s: float = 600.0
+    # The share of training plays logged as episode traces (the run's Traces tab); every eval play is traced.
+    # Drawn per play from its step, task and position, so a rerun traces the same plays.
+    trace_train_fraction: float = 0.02

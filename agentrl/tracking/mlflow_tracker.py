@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from urllib.parse import unquote, urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentrl.config.logger import MLflowLoggerConfig
 from agentrl.tracking.liveness import (
     FOUND_DEAD_TAG,
     DeadRun,
@@ -23,6 +25,8 @@ from agentrl.tracking.liveness import (
     process_tags,
 )
 from agentrl.tracking.run_names import run_name as make_run_name
+from agentrl.tracking.trace_record import EpisodeTrace
+from agentrl.tracking.traces import TraceWriter
 from agentrl.tracking.tracker import DatasetRef
 from agentrl.tracking.uri import resolve_tracking_uri
 
@@ -145,12 +149,18 @@ class MLflowTracker:
         dry_run_experiment: str | None = None,
         heartbeat_s: float = 30.0,
         stale_after_s: float = 600.0,
+        trace_train_fraction: float = MLflowLoggerConfig.trace_train_fraction,
     ) -> None:
         from mlflow.tracking import MlflowClient
 
         for key, value in (("heartbeat_s", heartbeat_s), ("stale_after_s", stale_after_s)):
             if not float(value) > 0:
                 raise ValueError(f"logger.{key} must be > 0 seconds, got {value}")
+        if not 0.0 <= float(trace_train_fraction) <= 1.0:
+            raise ValueError(f"logger.trace_train_fraction must be in [0, 1], got {trace_train_fraction}")
+        self.trace_train_fraction = float(trace_train_fraction)
+        self._traces: TraceWriter | None = None  # started by the first log_traces
+        self._traces_lock = threading.Lock()
 
         self.tracking_uri = resolve_tracking_uri(tracking_uri, output_root)
         self.experiment = experiment
@@ -277,6 +287,25 @@ class MLflowTracker:
         else:
             self.client.log_artifact(self.run_id, str(path), artifact_path)
 
+    def log_table(self, rows: list[dict[str, Any]], name: str) -> None:
+        """A table (MLflow's log_table: the run's Evaluation/Artifacts view) at artifact `name` (a .json file)."""
+        if rows:
+            self.client.log_table(self.run_id, {key: [row.get(key) for row in rows] for key in rows[0]}, name)
+
+    def log_traces(self, traces: list[EpisodeTrace]) -> None:
+        """Queue episode traces for this run (`TraceWriter`: off the caller's thread; `finish()` writes the rest)."""
+        with self._traces_lock:  # plays finish on the play-ahead thread and the caller's at once
+            if self._traces is None:
+                self._traces = TraceWriter(self.tracking_uri, str(self.experiment_id), self.run_id)
+            for trace in traces:
+                self._traces.put(trace)
+
+    def _close_traces(self) -> None:
+        with self._traces_lock:
+            if self._traces is not None:
+                self._traces.close()
+                self._traces = None
+
     def latest_metrics(self) -> dict[str, float]:
         """The last logged value of every metric of this run (another process may have logged them)."""
         return {k: float(v) for k, v in self.client.get_run(self.run_id).data.metrics.items()}
@@ -310,6 +339,7 @@ class MLflowTracker:
         """
         if self.run_id is None or self.experiment_id is None:
             raise RuntimeError("log_model before start()")
+        self._close_traces()  # the trace writer also points MLflow's process-wide URI at this store meanwhile
         model_dir = Path(model_dir)
         try:
             import mlflow
@@ -388,6 +418,7 @@ class MLflowTracker:
 
     def finish(self, status: str = "FINISHED") -> None:
         """Close the run (FINISHED, FAILED or KILLED)."""
+        self._close_traces()
         if self._heartbeat is not None:
             self._heartbeat.stop()
             self._heartbeat = None

@@ -36,6 +36,7 @@ class Tracker(Protocol):
     experiment: str
     task_name: str  # the job's task_name, set by start()
     dead_runs: list[Any]  # earlier runs of the experiment that start() found dead and closed (liveness.DeadRun)
+    trace_train_fraction: float  # the share of training plays logged as episode traces (every eval play is)
 
     def start(self, cfg: Any, *, choices: dict[str, str | None], run_dir: Path, overrides: list[str] | None = None,
               resume_run_id: str | None = None, sweep_job: int | None = None) -> str:
@@ -49,6 +50,13 @@ class Tracker(Protocol):
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         """Upload a file or folder."""
+
+    def log_table(self, rows: list[dict[str, Any]], name: str) -> None:
+        """Log a table (one dict per row, the same keys in each) as artifact `name` (e.g. an eval's samples)."""
+
+    def log_traces(self, traces: list[Any]) -> None:
+        """Queue episode traces (`agentrl.tracking.traces.EpisodeTrace`): written off the caller's thread, every
+        one of them by `finish()`."""
 
     def log_datasets(self, datasets: list[DatasetRef]) -> None:
         """Record the splits the run trains and evaluates on as its dataset inputs."""

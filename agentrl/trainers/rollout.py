@@ -22,6 +22,7 @@ from agentrl.http import async_client
 from agentrl.inference.samples import Sample, assemble_sample
 from agentrl.rewards import RewardGroup, apply_rewards
 from agentrl.trainers.dependency import Breaker, play_guarded
+from agentrl.trainers.episode_traces import TraceAs, episode_trace, traced
 
 
 def play_seed(*parts: Any) -> int:
@@ -84,17 +85,24 @@ class RolloutRunner:
         self.role_policy = dict(role_policy or {})
         self.frozen_roles = set(frozen_roles) | set(self.external)
         self.breaker: Breaker | None = None  # set by start_services: plays stop fast when a dependency dies
+        # The run's tracker (`Tracker.log_traces`) when its plays are traced; None: no traces.
+        self.traces: Any = None
 
     async def play_one(self, row: dict[str, Any], j: int, *, request_kwargs: dict[str, Any],
-                       seed_parts: tuple[Any, ...]) -> list[Rollout]:
-        """Play `j` of `row`: its rollouts rewarded, grouped by (row key, role) and recorded."""
+                       seed_parts: tuple[Any, ...], trace_as: TraceAs | None = None) -> list[Rollout]:
+        """Play `j` of `row`: its rollouts rewarded, grouped by (row key, role) and recorded; traced (queued
+        for the run's tracker) when `trace_as` says what the play is and it is drawn (`traced`)."""
         key = (row["metadata"]["split"], row["metadata"]["index"])
         pool = RoutedSessionPool(self.base_url, self.routes, external=self.external)
         kwargs = dict(request_kwargs)
         if kwargs.get("temperature", 1.0) > 0:
             kwargs["seed"] = play_seed(*seed_parts, *key, j)
         play = await self.agent.play(pool, row, request_kwargs=kwargs)
-        return [await self._record(r, row, key) for r in apply_rewards(self.reward, play)]
+        rollouts = [await self._record(r, row, key) for r in apply_rewards(self.reward, play)]
+        if trace_as is not None and self.traces is not None and rollouts \
+                and traced(trace_as, self.traces.trace_train_fraction, key, j):
+            self.traces.log_traces([episode_trace(rollouts, row, j, trace_as)])
+        return rollouts
 
     async def play_row(self, row: dict[str, Any], n: int, *, request_kwargs: dict[str, Any],
                        seed_parts: tuple[Any, ...]) -> list[Rollout]:
@@ -126,8 +134,10 @@ class RolloutRunner:
         return rollout
 
     async def play_rows(self, rows: Sequence[dict[str, Any]], n: int | Sequence[int], *,
-                        request_kwargs: dict[str, Any], seed_parts: tuple[Any, ...]) -> list[list[Rollout]]:
+                        request_kwargs: dict[str, Any], seed_parts: tuple[Any, ...],
+                        trace_as: TraceAs | None = None) -> list[list[Rollout]]:
         """Every row's plays (`n` each, or `n[i]` for row i), all at once; one list per row, in row order.
+        `trace_as`: the split and step the plays' traces are tagged with (None: not traced).
 
         Under the run's `breaker` a dependency that dies cuts the plays in flight and stops the call with
         `DependencyLost` (or waits for it and replays what it cut: `agentrl.trainers.dependency`).
@@ -136,7 +146,8 @@ class RolloutRunner:
         units = [(i, j) for i, count in enumerate(counts) for j in range(count)]
 
         async def play(unit: Any) -> list[Rollout]:
-            return await self.play_one(rows[unit[0]], unit[1], request_kwargs=request_kwargs, seed_parts=seed_parts)
+            return await self.play_one(rows[unit[0]], unit[1], request_kwargs=request_kwargs, seed_parts=seed_parts,
+                                       trace_as=trace_as)
 
         if self.breaker is None:
             done = dict(zip(units, await asyncio.gather(*(play(u) for u in units)), strict=True))
