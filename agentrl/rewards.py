@@ -3,8 +3,8 @@
 1. **Episode score**: each rollout's named scores -> one number, its `score` (`EnvScore`, `MeanScores`,
    `Asymmetric`); a flagged rollout, or one that scored nothing (an early exit), gets 0.
 2. **Group weighting**: for patterns that end in one judged answer (co-evolution's selector), every rollout of
-   the play gets the group's weight for that outcome (`Asymmetric`: x `correct_weight` when correct, else x `incorrect_weight`). The
-   trained `reward` is score x weight; eval reads the score.
+   the play gets the group's weight for that outcome (`Asymmetric`: x `correct_weight` when correct, else x
+   `incorrect_weight`). The trained `reward` is score x weight; eval reads the score.
 
 `apply_rewards` runs both; agents only report scores and roles. Which groups a step keeps is
 `agentrl.group_filter`. Nothing here knows Miles: its hooks live in `agentrl.trainers.miles_hooks`.
