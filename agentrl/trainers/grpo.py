@@ -155,8 +155,9 @@ class GRPOTrainer(TrainerBase):
     def train_step(self, step: int) -> StepStats:
         """One step: its plays (draw -> play -> filter, made one step ahead under off_policy_steps=1, while the
         previous step trained), then advantages -> update -> push. Waits only for what the plays did not hide."""
-        if self.ready is None:
-            raise RuntimeError("GRPOTrainer.train_step before setup(plan)")
+        if self.ready is None or step != self.ready.step:  # the plays ahead belong to the next step in order
+            raise RuntimeError(f"GRPOTrainer.train_step({step}): steps run in order from the one setup(plan) "
+                               f"returned; the next is {self.ready.step if self.ready else 'after setup'}")
         began = time.monotonic()
         batch = next(self.ready)  # rows = draw(); groups = play(rows); kept = filter(groups)
         waited = time.monotonic()

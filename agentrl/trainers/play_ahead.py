@@ -18,7 +18,8 @@ class PlayAhead(Iterator[T], Generic[T]):
     """Batches for steps `first`, `first + 1`, ... from `play(step)`; one played ahead when `overlap`."""
 
     def __init__(self, play: Callable[[int], T], *, first: int, last: int, overlap: bool) -> None:
-        self.play, self.step, self.last, self.overlap = play, first, last, overlap
+        self.play, self.last, self.overlap = play, last, overlap
+        self.step = first  # the step whose batch `next()` hands out
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentrl-rollouts")
         self.ahead: concurrent.futures.Future[T] | None = None
 

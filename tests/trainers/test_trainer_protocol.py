@@ -118,6 +118,8 @@ def test_step_n_plus_1_is_played_ahead_on_the_weights_step_n_trains_from(small_m
     t = grpo(small_model, tmp_path, "trainer.steps=3", f"trainer.off_policy_steps={overlap}")
     assert t.setup(t.plan) == 1
     try:
+        with pytest.raises(RuntimeError, match=r"train_step\(2\): steps run in order .* the next is 1"):
+            t.train_step(2)
         stats = [t.train_step(step) for step in (1, 2, 3)]
     finally:
         t.cleanup()
