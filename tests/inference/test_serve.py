@@ -24,9 +24,9 @@ pytestmark = pytest.mark.slow  # builds the tiny model once (tens of seconds on 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from agentrl.models.tiny import ensure_tiny_model
+    from agentrl.testing.tiny_models import shared_tiny_model
 
-    return Path(ensure_tiny_model(str(tmp_path_factory.mktemp("models") / TINY_NAME)))
+    return Path(shared_tiny_model())  # read only (test_serve_cli copies it): built once per session
 
 
 def test_in_process_server_with_tiny_model(tiny_model):

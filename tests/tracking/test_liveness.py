@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from agentrl.run import closing_block
+from agentrl.testing.mlflow_store import seed_store
 from agentrl.tracking.liveness import (
     FOUND_DEAD_TAG,
     HEARTBEAT_TAG,
@@ -55,7 +56,7 @@ def _open_run_in_a_process(uri: str, tmp_path: Path) -> tuple[subprocess.Popen, 
 
 
 def test_a_run_killed_with_kill_9_is_marked_killed_on_the_next_start(tmp_path: Path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "mlflow.db")
     killed, killed_id = _open_run_in_a_process(uri, tmp_path)
     alive, alive_id = _open_run_in_a_process(uri, tmp_path)
     try:
@@ -107,7 +108,7 @@ def _dead_pid() -> int:
 
 def test_which_running_runs_count_as_dead(tmp_path: Path):
     """Same host: the process decides (a reused pid is told apart by its start); other hosts: the heartbeat."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     exp = client.create_experiment("t")
     host, now, me = socket.gethostname(), int(time.time()), process_tags()
@@ -140,7 +141,7 @@ def test_which_running_runs_count_as_dead(tmp_path: Path):
 
 
 def test_a_resumed_run_is_not_closed_and_takes_over_the_process_tags(tmp_path: Path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     old = client.create_run(client.create_experiment("t"),
                             tags={HOST_TAG: socket.gethostname(), PID_TAG: str(_dead_pid()),
@@ -156,7 +157,7 @@ def test_a_resumed_run_is_not_closed_and_takes_over_the_process_tags(tmp_path: P
 
 
 def test_the_heartbeat_beats_until_the_run_finishes(tmp_path: Path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seed_store(tmp_path / "mlflow.db")
     tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path, heartbeat_s=0.2)
     tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
     client = MlflowClient(uri)
@@ -177,6 +178,7 @@ def test_a_non_positive_interval_is_refused_naming_it(key: str, tmp_path: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("seeded_store")
 def test_a_killed_cli_run_is_named_by_the_next_runs_closing_block(agentrl_home: Path, tmp_path: Path):
     """As a user meets it: `python -m agentrl` killed with kill -9 mid-run, then the same task run again."""
     from tests.conftest import run_cli

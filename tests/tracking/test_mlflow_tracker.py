@@ -119,9 +119,9 @@ def test_datasets_are_the_runs_inputs(tmp_path: Path):
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from agentrl.models.tiny import ensure_tiny_model
+    from agentrl.testing.tiny_models import shared_tiny_model
 
-    return Path(ensure_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny-s0"), seed=0))
+    return Path(shared_tiny_model(seed=0))  # read only: built once per session
 
 
 @pytest.mark.slow
