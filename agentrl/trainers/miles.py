@@ -8,6 +8,7 @@ the Ray cluster named by RAY_ADDRESS, or a local one. Miles logs into this run's
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from agentrl.trainers.miles_args import (
     LaunchContext,
@@ -185,10 +186,10 @@ class MilesTrainer(TrainerBase):
 
     def _start_env_server(self) -> tuple[str, Any, str | None, str | None]:
         """(url, stop or None, token variable, token) for the env server the rows will name."""
-        server = self.cfg.env.server
+        server = self.plan.settings.env.server
         var = self.token_var(self.cfg)
         token = os.environ.get(var) if var else None
-        if server.get("url"):
+        if server.url:
             if var and not token:
                 raise MilesConfigError(f"env.server.token_var={var} but that environment variable is unset")
             return server.url, None, var, token
@@ -198,11 +199,10 @@ class MilesTrainer(TrainerBase):
             token = secrets.token_urlsafe(32)  # a fresh server: its token is ours to choose
             os.environ[var] = token
         # The reward group's weighting is applied by the env server: Miles' agent call carries no reward_fn.
-        app = build_app(self.plan.bundle, max_concurrent_envs=int(server.max_concurrent_envs), token=token,
-                        reward=self.plan.reward,
-                        sandbox=OmegaConf.to_container(self.cfg.sandbox, resolve=True),
-                        tool_timeout=float(server.tool_timeout), reset_timeout=float(server.reset_timeout))
-        url, stop = start_server_in_thread(app, server.host, int(server.port))
+        app = build_app(self.plan.bundle, max_concurrent_envs=server.max_concurrent_envs, token=token,
+                        reward=self.plan.reward, sandbox=dataclasses.asdict(self.plan.settings.sandbox),
+                        tool_timeout=server.tool_timeout, reset_timeout=server.reset_timeout)
+        url, stop = start_server_in_thread(app, server.host, server.port)
         host = _advertised(server.host)
         url = url.replace(f"//{server.host}:", f"//{host}:", 1) if host != server.host else url
         return url, stop, var, token
@@ -218,9 +218,9 @@ class MilesTrainer(TrainerBase):
         run_dir = Path(self.plan.run_dir)
         url, stop, var, token = self._start_env_server()
         try:
-            server = self.cfg.env.server
-            rows = write_rows(url, run_dir / "rows", max_turns=int(self.cfg.agent.max_turns),
-                              tool_timeout=float(server.tool_timeout), reset_timeout=float(server.reset_timeout),
+            run = self.plan.settings
+            rows = write_rows(url, run_dir / "rows", max_turns=run.agent.max_turns,
+                              tool_timeout=run.env.server.tool_timeout, reset_timeout=run.env.server.reset_timeout,
                               token_var=var)
             ctx = LaunchContext(rows=rows, save_dir=self.save_dir(self.cfg, run_dir),
                                 tracking_uri=self.tracker.tracking_uri, experiment=self.tracker.experiment,
