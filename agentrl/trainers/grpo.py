@@ -120,13 +120,13 @@ class GRPOTrainer(TrainerBase):
         self.times["warm_start"] += time.monotonic() - started
         self.policies = [main_policy(start_path), *(p for p in self.policies if p.name != MAIN)]
         # After the warm start: SFT's large batches want every core, the rollout loop may want fewer.
-        threads = set_threads(cfg)
-        device = train_device(cfg)
+        threads = set_threads(s)
+        device = train_device(s)
         log.info("GRPO: learner on %s, %d torch CPU threads", device, threads)
         for p in self.policies:  # a trained role model resumes from the checkpoint's copy
             if resume_from and p.trainable and p.name != MAIN:
                 p.path = str(ckpt.policy_path(resume_from, p.name))
-        load_learners(cfg.trainer, self.policies, device, cfg.model)  # TODO(#28): learner.py reads the DictConfig
+        load_learners(self.t, self.policies, device, s.model)
         self.rows = RowStream(plan.bundle.splits()[s.env.train_split], s.seed)
         first = self._restore(resume_from) if resume_from is not None else 1
         self.trained_cursor = self.rows.cursor
@@ -205,7 +205,7 @@ class GRPOTrainer(TrainerBase):
         """The eval split at `step` (sampled as training samples, or greedy-decoded), once the plays ahead end."""
         if self.ready is not None:
             self.ready.settle()
-        return trainer_eval(self.services, self.plan.bundle, self.cfg, step, sampling=self.plan.sampling,
+        return trainer_eval(self.services, self.plan.bundle, self.settings, step, sampling=self.plan.sampling,
                             greedy=greedy, times=self.times, history=self.history)
 
     def save(self, step: int) -> None:
