@@ -62,6 +62,10 @@ class VLLMInferenceConfig(InferenceConfig):
     health_every_s: float = 1.0  # how often each server's /health is asked (a dead one is named within seconds)
     restart: bool = False  # a launched server that dies is started again (with the current weights)
     extra_args: list[str] = field(default_factory=list)  # appended to every launch command
+    # Per-request seeds. Off: vLLM 0.32's CPU build kills its engine when a seeded request's prompt is prefilled
+    # in chunks (a CPU torch.Generator has no offset to rewind), which 32+ concurrent sessions cause. The CUDA
+    # build has no such limit: turn it on there for reproducible sampling.
+    seeded: bool = False
 
     def __post_init__(self) -> None:
         if self.num_servers < 1:

@@ -94,7 +94,7 @@ class VLLMEngine:
                  max_model_len: int | None = None, kv_cache_gib: int = 1, server_env: Mapping[str, str] | None = None,
                  weights_dir: str | None = None, launch_timeout: float = 600.0, request_timeout: float = 600.0,
                  health_every_s: float = 1.0, restart: bool = False, extra_args: list[str] | tuple[str, ...] = (),
-                 log_dir: str | Path | None = None, **_: Any) -> None:
+                 seeded: bool = False, log_dir: str | Path | None = None, **_: Any) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
         self.model_path = Path(model_path)
@@ -109,7 +109,7 @@ class VLLMEngine:
                                                       self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
                                           if isinstance(i, int) and i != self.tokenizer.unk_token_id)
         self.request_timeout, self.health_every_s, self.restart = float(request_timeout), float(health_every_s), restart
-        self.launch_timeout = float(launch_timeout)
+        self.launch_timeout, self.seeded = float(launch_timeout), bool(seeded)
         self.weight_version = 0
         self.failure: EngineUnavailable | None = None  # the session server's /health reports it (503)
         self.restarts = 0
@@ -175,11 +175,11 @@ class VLLMEngine:
                     self._misses[url] = 0 if ok else self._misses.get(url, 0) + 1
                     if self._misses[url] < MISSES_TO_FAIL:
                         continue
-                why = f"exited with {code}" if code is not None else f"stopped answering {url}/health"
+                why = f"exited with {code}" if code is not None else f"failed {url}/health {MISSES_TO_FAIL} times"
                 if self.restart and server is not None:
                     self._restart(server, why)
                 else:
-                    tail = f":\n{server.tail(1500)}" if server is not None else ""
+                    tail = f" (log {server.log_path}; first error: {server.first_error()})" if server else ""
                     self._fail(EngineUnavailable(f"vLLM server {url} {why}{tail}"))
 
     def _fail(self, exc: EngineUnavailable) -> None:
@@ -196,16 +196,22 @@ class VLLMEngine:
             server.stop(timeout=10)
             server.start()
             wait_healthy([server], self.launch_timeout)
-            if self._weights is not None:
-                self._load(server.url, self._weights, self.weight_version)
+            self.restarts += 1
+            while True:  # a push that ran meanwhile skipped this server: load whatever is current when done
+                folder, version = self._weights, self.weight_version
+                if folder is None:
+                    self._set_version(server.url, version)  # it started from the model folder: version 0
+                else:
+                    self._load(server.url, folder, version)
+                with self._lock:
+                    if (folder, version) == (self._weights, self.weight_version):
+                        self._down.discard(server.url)
+                        self._lock.notify_all()
+                        break
         except Exception as exc:  # noqa: BLE001 - a restart that fails is the engine's failure, named
             self._fail(EngineUnavailable(f"vLLM server {server.url} {why}, and restarting it failed: {exc}"))
             return
-        self.restarts += 1
         self._misses[server.url] = 0
-        with self._lock:
-            self._down.discard(server.url)
-            self._lock.notify_all()
         log.warning("vLLM server %s is back (restart %d)", server.url, self.restarts)
 
     def _client(self) -> Any:
@@ -258,7 +264,8 @@ class VLLMEngine:
             raise ValueError(f"temperature must be >= 0 and top_p in (0, 1], got {temperature}, {top_p}")
         stops = sorted(set(stop_ids or ()) | (set() if ignore_eos else set(self.default_stop_ids)))
         body = {"token_ids": prompt, "sampling_params": sampling_params(
-            min(int(max_tokens), self.max_context - len(prompt)), temperature, top_p, top_k, stops, seed, ignore_eos)}
+            min(int(max_tokens), self.max_context - len(prompt)), temperature, top_p, top_k, stops,
+            seed if self.seeded else None, ignore_eos)}
         while True:
             # Never block the event loop: the calls it is running must finish for a weight push to proceed.
             url = self._admit(block=False) or await asyncio.to_thread(self._admit, True)

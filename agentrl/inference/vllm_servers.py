@@ -78,7 +78,8 @@ class ServerProcess:
     def start(self) -> None:
         with open(self.log_path, "a") as out:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)  # its engine-core child is stopped with it
+                                         start_new_session=True,  # its engine-core child is stopped with it
+                                         preexec_fn=_die_with_parent)
 
     @property
     def exit_code(self) -> int | None:
@@ -90,6 +91,13 @@ class ServerProcess:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
             return ""
+
+    def first_error(self) -> str:
+        """The log's first line naming an error: a dead engine core's root cause precedes pages of fallout."""
+        for line in self.tail(1 << 22).splitlines():
+            if "Error:" in line or "Error(" in line:
+                return line.strip()[-500:]
+        return self.tail(500).strip() or "(empty log)"
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM its process group, then SIGKILL after `timeout` (vLLM's engine core is a child process)."""
@@ -106,6 +114,19 @@ class ServerProcess:
             proc.wait()
         except ProcessLookupError:
             pass
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the thread that launched it ends (Linux), so a trainer killed
+    without its cleanup (SIGKILL, a crash) leaves no server running; vLLM's SIGTERM stops its engine core too.
+    The engine launches from the thread that builds it and restarts from its watcher, both alive until close."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: close() still stops it
+        pass
 
 
 def healthy(url: str, timeout: float = 5.0) -> bool:
