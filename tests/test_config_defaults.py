@@ -108,7 +108,6 @@ RESTATING = {
     # Runs in a bare stdlib process (a Docker sandbox rebuilds the bundle from its spec): it cannot import the
     # schema (omegaconf), and the plan always passes both split names.
     "agentrl.envs.bundles.load_bundle": "its split names' defaults stay literal (stdlib only)",
-    "agentrl.inference.vllm.VLLMEngine": "TODO(#34, vLLM engine): read VLLMInferenceConfig's defaults",
     "agentrl.tracking.mlflow_tracker.MLflowTracker": "TODO(#28, plan/tracking): read MLflowLoggerConfig's",
 }
 

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentrl.config.inference import VLLMInferenceConfig as V  # the defaults' one home
 from agentrl.http import async_client
 from agentrl.inference.completion import Completion, EngineUnavailable
 from agentrl.inference.vllm_servers import (
@@ -89,12 +90,14 @@ def to_completion(body: dict[str, Any], url: str, prompt_tokens: int) -> Complet
 class VLLMEngine:
     """vLLM servers as an engine. `urls` non-empty: use those (any host); else launch `num_servers` here."""
 
-    def __init__(self, model_path: str | Path, urls: list[str] | tuple[str, ...] = (), num_servers: int = 1,
-                 base_port: int = 0, python: str | None = None, dtype: str = "float32", enforce_eager: bool = True,
-                 max_model_len: int | None = None, kv_cache_gib: int = 1, server_env: Mapping[str, str] | None = None,
-                 weights_dir: str | None = None, launch_timeout: float = 600.0, request_timeout: float = 600.0,
-                 health_every_s: float = 1.0, restart: bool = False, extra_args: list[str] | tuple[str, ...] = (),
-                 seeded: bool = False, log_dir: str | Path | None = None, **_: Any) -> None:
+    def __init__(self, model_path: str | Path, urls: list[str] | tuple[str, ...] = (),
+                 num_servers: int = V.num_servers, base_port: int = V.base_port, python: str | None = None,
+                 dtype: str = V.dtype, enforce_eager: bool = V.enforce_eager, max_model_len: int | None = None,
+                 kv_cache_gib: int = V.kv_cache_gib, server_env: Mapping[str, str] | None = None,
+                 weights_dir: str | None = None, launch_timeout: float = V.launch_timeout,
+                 request_timeout: float = V.request_timeout, health_every_s: float = V.health_every_s,
+                 restart: bool = V.restart, extra_args: list[str] | tuple[str, ...] = (), seeded: bool = V.seeded,
+                 log_dir: str | Path | None = None, **_: Any) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
         self.model_path = Path(model_path)
