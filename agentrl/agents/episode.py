@@ -218,7 +218,7 @@ async def _tool_calls(env: EpisodeClient, play: _Play, reply: ChatReply) -> bool
         calls[-1].end_ns = time.time_ns()
         if result is None:
             return False
-        calls[-1].answer = result.text
+        calls[-1].answer, calls[-1].scores = result.text, (dict(result.scores) if result.done else None)
         if result.done:
             _finish(play, result)
             return False
@@ -246,7 +246,7 @@ async def _play_turns(env: EpisodeClient, client: httpx.AsyncClient, base_url: s
             result = await _call(env, END_TURN, {"response": reply.content}, play)
             ended.end_ns = time.time_ns()
             if result is not None:
-                ended.answer = result.text
+                ended.answer, ended.scores = result.text, (dict(result.scores) if result.done else None)
             if result is None or result.done:
                 if result is not None:
                     _finish(play, result)

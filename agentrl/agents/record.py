@@ -62,6 +62,7 @@ class ToolCall:
     name: str
     arguments: Any  # the parsed object; the raw text when it was not a JSON object
     answer: str = ""  # the env's answer (its text)
+    scores: dict[str, float] | None = None  # the env's scores when the call ended the episode
     invalid: str = ""  # why the call was refused before reaching the env ("" when it was valid)
     start_ns: int = 0  # wall clock (time.time_ns) around the env's answer, for the trace's timeline
     end_ns: int = 0

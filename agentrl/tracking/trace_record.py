@@ -18,6 +18,7 @@ class TracedCall:
     arguments: Any
     answer: str = ""
     invalid: str = ""
+    scores: dict[str, float] | None = None  # the env's scores, when the call ended the episode
     start_ns: int = 0
     end_ns: int = 0
 

@@ -78,8 +78,11 @@ def _log_turn(client: Any, trace_id: str, parent_id: str, k: int, turn: TracedTu
                                   span_type="TOOL", inputs=call.arguments if isinstance(call.arguments, dict)
                                   else {"arguments": _clip(call.arguments)},
                                   attributes={"invalid": call.invalid}, start_time_ns=began)
-        client.end_span(trace_id, child.span_id, outputs={"answer": _clip(call.answer)} if not call.invalid
-                        else {"invalid": call.invalid}, status="ERROR" if call.invalid else "OK",
+        if call.invalid:
+            outputs: dict[str, Any] = {"invalid": call.invalid}
+        else:  # a call that ended the episode also carries the env's scores
+            outputs = {"answer": _clip(call.answer), **({"scores": call.scores} if call.scores is not None else {})}
+        client.end_span(trace_id, child.span_id, outputs=outputs, status="ERROR" if call.invalid else "OK",
                         end_time_ns=call.end_ns or began)
     client.end_span(trace_id, span.span_id, outputs=_message(turn.reply),
                     status="ERROR" if turn.invalid else "OK", end_time_ns=turn.end_ns or None)

@@ -39,7 +39,8 @@ def traced(trace_as: TraceAs, fraction: float, key: tuple[Any, ...], j: int) -> 
 
 
 def _turn(turn: Turn) -> TracedTurn:
-    calls = [TracedCall(c.name, c.arguments, c.answer, c.invalid, c.start_ns, c.end_ns) for c in turn.calls]
+    calls = [TracedCall(c.name, c.arguments, answer=c.answer, invalid=c.invalid, scores=c.scores, start_ns=c.start_ns,
+                        end_ns=c.end_ns) for c in turn.calls]
     return TracedTurn(turn.request, turn.reply, turn.finish_reason, calls, turn.invalid, turn.start_ns, turn.end_ns)
 
 

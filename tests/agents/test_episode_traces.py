@@ -71,7 +71,7 @@ async def test_a_tool_calling_play_is_one_trace_with_its_calls_answers_and_inval
     assert invalid.status.status_code == "ERROR"
     assert submitted.parent_id == turns[1].span_id and submitted.inputs == {"schedule": greedy}
     # The env's answer as the env server gave it: the grade it reports is the rollout's score.
-    assert submitted.outputs["answer"] and str(round(rollout.score, 2))[:3] in submitted.outputs["answer"]
+    assert submitted.outputs["answer"] and submitted.outputs["scores"] == rollout.scores
 
 
 def _role_of(body) -> str:
