@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.testing.mlflow_store import seed_store
 from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,7 +28,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def cli(args: list[str], home: Path):
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("TRL_EXPERIMENTAL_SILENCE", None)
     env.pop("PYTHONWARNINGS", None)
