@@ -3,8 +3,9 @@
 One server for the module (it takes minutes to start on a loaded box), serving a scripted model whose greedy reply
 is known: a chat with tools round-trips through our session server; a weight push changes what it samples and
 the version it reports; its logprobs are the learner's (after temperature); an engine attaches to a running
-server; and, last, the server is killed and the engine names it within seconds. Two GRPO steps through the CLI
-launch their own server. Skipped, saying why, only where the vLLM venv is absent and $AGENTRL_VLLM_PYTHON is unset
+server; a killed server is restarted with its weights (inference.restart) and, last, a killed server is named
+within seconds. A server that cannot start fails with its log's tail; two GRPO steps through the CLI launch
+their own server. Skipped, saying why, only where the vLLM venv is absent and $AGENTRL_VLLM_PYTHON is unset
 (CI's scripts/test.sh makes the venv and sets it, so there they run).
 """
 
@@ -161,6 +162,23 @@ def test_an_engine_attaches_to_a_running_server(served, models) -> None:
     assert httpx.get(f"{served.urls[0]}/health", trust_env=False).status_code == 200
 
 
+def test_a_restarted_server_loses_no_call_and_keeps_the_weights(served, models) -> None:
+    """inference.restart=true: a call sent while its server lies dead waits for the restart and is answered by
+    the same weights and version the engine had pushed before the death."""
+    url = served.urls[0]
+    served.restart = True
+    try:
+        version = served.update_weights(_state(models["b"]))
+        pid = served._servers[url].proc.pid
+        os.killpg(pid, signal.SIGKILL)
+        done = _greedy(served, _prompt(served))  # refused at first: retried once the server is back
+        assert served.failure is None and served.restarts == 1 and served._servers[url].proc.pid != pid
+        assert done.weight_version == version
+        assert "The answer is 3. Done." in _reply(served, done)
+    finally:
+        served.restart = False
+
+
 def test_a_killed_server_fails_fast_naming_it(served) -> None:
     """Last in the module (it ends the shared server): the watcher names the dead server within seconds, the
     session server's /health says so, and a new call fails with its URL instead of waiting."""
@@ -183,6 +201,13 @@ def test_a_killed_server_fails_fast_naming_it(served) -> None:
         server.stop()
 
 
+def test_a_server_that_cannot_start_fails_the_setup_with_its_log_tail(models, tmp_path: Path) -> None:
+    from agentrl.inference.vllm import VLLMEngine
+
+    with pytest.raises(VLLMError, match=r"(?s)exited with .*no-such-flag"):
+        VLLMEngine(models["a"], extra_args=["--no-such-flag"], log_dir=tmp_path)
+
+
 def test_two_grpo_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_path: Path) -> None:
     import subprocess
 
@@ -191,13 +216,15 @@ def test_two_grpo_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(t
     home = tmp_path / "home"
     env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    # head_dim 64 / 2 = 32: vLLM's CPU attention has no smaller head.
+    # head_dim 64 / 2 = 32: vLLM's CPU attention has no smaller head. The untrained model's replies are cut and
+    # score 0: kept (penalize, drop_no_signal=false) so each step trains real tokens and measures their gap; no
+    # warm start, so one server serves the whole run.
     args = ["+recipe=gridsim_grpo", "inference=vllm", "trainer.steps=2", "trainer.prompts_per_step=2",
-            "trainer.samples_per_prompt=2", "trainer.eval_every=0", "trainer.checkpoint_every=0",
-            "trainer.warm_start.steps=2", "trainer.warm_start.batch_samples=2", "agent.max_response_tokens=24",
-            "trainer.max_extra_rows=0", "model.hidden_size=64", "model.num_layers=1", "model.num_heads=2",
-            "model.num_kv_heads=1", "model.intermediate_size=128", "model.vocab_size=1024",
-            "inference.max_model_len=2048"]
+            "trainer.samples_per_prompt=2", "trainer.eval_every=0", "trainer.eval_limit=2",
+            "trainer.checkpoint_every=0", "trainer.warm_start.enabled=false", "agent.max_response_tokens=16",
+            "trainer.model_failures=penalize", "trainer.drop_no_signal=false", "trainer.max_extra_rows=0",
+            "model.hidden_size=64", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
+            "model.intermediate_size=128", "model.vocab_size=1024", "inference.max_model_len=2048"]
     proc = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=Path(__file__).resolve().parents[2],
                           env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -210,5 +237,6 @@ def test_two_grpo_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(t
         history = client.get_metric_history(run_id, key)
         assert [m.step for m in history] == [1, 2], f"{key}: {history}"
         assert all(math.isfinite(m.value) for m in history), f"{key} = {[m.value for m in history]}"
+    assert all(m.value > 0 for m in client.get_metric_history(run_id, "train/tokens"))  # the gap is of real tokens
     gap = client.get_metric_history(run_id, "train/logprob_gap_max")
     assert all(0 <= m.value < 1.0 for m in gap), gap  # vLLM's kernels are not the learner's, but close in float32
