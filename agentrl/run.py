@@ -18,6 +18,7 @@ from agentrl.group_filter import AllGroupsFailing
 from agentrl.plan import Plan, PlanError, build_plan
 from agentrl.tracking.tracker import DatasetRef, Tracker
 from agentrl.trainers.dependency import DependencyLost
+from agentrl.trainers.eval_results import latest_results
 from agentrl.trainers.protocol import Trainer
 
 log = logging.getLogger("agentrl")
@@ -89,6 +90,8 @@ def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict
     scores = [f"{v:.3f} {how}" for v, how in ((sampled, "sampled"), (greedy, "greedy-decoded")) if v is not None]
     if scores:
         lines.append(f"final eval/reward  {', '.join(scores)}")
+    if results := latest_results(run_dir):
+        lines.append(f"per-task eval {results} (and the eval table: MLflow artifacts, evals/)")
     parts = [f"{name} {_minutes(s)}" for name, key in TIME_KEYS if (s := _value(metrics, key)) is not None]
     if parts:
         lines.append(f"wall time     {', '.join(parts)} (total {_minutes(wall_s)})")

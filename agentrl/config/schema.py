@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
+
+from agentrl.config.evaluation import EvalConfig
 
 
 @dataclass
@@ -28,3 +30,5 @@ class RunConfig:
     seed: int = 0
     # Compose, validate, instantiate and print the plan; train nothing.
     dry_run: bool = False
+    # What `python -m agentrl eval` plays (agentrl/config/evaluation.py); a training run ignores it.
+    eval: EvalConfig = field(default_factory=EvalConfig)

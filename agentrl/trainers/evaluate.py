@@ -4,7 +4,8 @@ A task's eval reward is the score of its play's outcome (`outcome_of`): the one 
 for a judged play (co-evolution) the selected answer's score, unweighted, and 0 when the play exited before
 selecting. Eval reads `Rollout.score`, never the trained (weighted) `reward`. Plays with several roles also
 report each role's mean score (`eval/reward_<role>`, e.g. the solvers' own mean).
-Each evaluation prints one line as it ends (`eval_line`), so a run's progress shows without MLflow.
+Each evaluation prints one line as it ends (`eval_line`), so a run's progress shows without MLflow, and hands
+its per-task records (`eval_results`) to a sink that writes `evals/<name>.jsonl` and logs the eval table.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from tqdm import tqdm
 from agentrl.agents.record import Rollout
 from agentrl.config.sampling import Sampling
 from agentrl.config.schema import RunConfig
+from agentrl.trainers.episode_traces import TraceAs
+from agentrl.trainers.eval_results import pass_metrics, task_records
 from agentrl.trainers.rollout import make_row
 
 
@@ -98,25 +101,62 @@ def step_line(name: str, step: int, steps: int | None, metrics: Mapping[str, flo
     return f"{name} step {step}{f'/{steps}' if steps else ''}: {', '.join(parts)}"
 
 
-def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampling: Sampling,
-             seed_parts: tuple[Any, ...] = (), prefix: str = "eval",
-             chunk: int = 64, step: int | None = None, quiet: bool = False) -> tuple[dict[str, float], list[Rollout]]:
-    """Play every eval task once, sampled as `sampling` says; returns (metrics, the rollouts in task order).
+def plays_of(group: Sequence[Rollout]) -> list[list[Rollout]]:
+    """A row's rollouts split into its plays (by `play_id`), in play order."""
+    plays: dict[str, list[Rollout]] = {}
+    for r in group:
+        plays.setdefault(r.play_id, []).append(r)
+    return list(plays.values())
 
-    Prints `eval_line` when done (above any progress bar) unless `quiet`; `step` only labels that line.
+
+def play_tasks(services: Any, rows: Sequence[dict[str, Any]], *, samples: int, sampling: Sampling,
+               seed_parts: tuple[Any, ...], chunk: int = 64, progress: tqdm | None = None,
+               trace_as: TraceAs | None = None) -> list[list[list[Rollout]]]:
+    """Play each row `samples` times; per row, its plays (each a list of rollouts). `progress` (a tqdm bar, one
+    unit a task) advances as chunks finish and shows the running mean score."""
+    kwargs = sampling.request_kwargs()
+    per_row: list[list[list[Rollout]]] = []
+    scores: list[float] = []
+    step = max(1, chunk // samples)  # bounded concurrency: the engine batches up to its limit anyway
+    for start in range(0, len(rows), step):
+        groups = asyncio.run(services.runner.play_rows(rows[start:start + step], samples, request_kwargs=kwargs,
+                                                       seed_parts=seed_parts, trace_as=trace_as))
+        for group in groups:
+            plays = plays_of(group)
+            per_row.append(plays)
+            scores += [outcome_of(p).score for p in plays]
+        if progress is not None and scores:
+            progress.update(len(groups))
+            progress.set_postfix_str(f"mean {sum(scores) / len(scores):.3f}")
+    return per_row
+
+
+def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampling: Sampling,
+             seed_parts: tuple[Any, ...] = (), prefix: str = "eval", chunk: int = 64, step: int | None = None,
+             quiet: bool = False, samples: int = 1, pass_score: float = 1.0, sink: Any = None,
+             progress: tqdm | None = None) -> tuple[dict[str, float], list[Rollout]]:
+    """Play every eval task `samples` times, sampled as `sampling` says; returns (metrics, the outcome rollouts in
+    task order). With more than one sample the metrics add `<prefix>/pass_at_<k>` (a pass: score >= `pass_score`).
+
+    `sink(name, records)` (an `eval_results.EvalSink`) takes the per-task records, named `<prefix>-step-<step>`
+    (or `<prefix>` without a step). Prints `eval_line` when done (above any progress bar) unless `quiet`.
     """
     started = time.monotonic()
     rows = [make_row(bundle, split, i, services.env_url, services.env_settings)
             for i in eval_indices(bundle, split, limit)]
-    kwargs = sampling.request_kwargs()
-    every: list[list[Rollout]] = []
-    for start in range(0, len(rows), chunk):  # bounded concurrency: the engine batches up to its limit anyway
-        groups = asyncio.run(services.runner.play_rows(rows[start:start + chunk], 1, request_kwargs=kwargs,
-                                                       seed_parts=(*seed_parts, prefix)))
-        every += [g for g in groups if g]
-    played = [outcome_of(g) for g in every]
-    metrics = reward_metrics(played, prefix, getattr(bundle, "eval_breakdown", None))
+    per_row = play_tasks(services, rows, samples=samples, sampling=sampling, seed_parts=(*seed_parts, prefix),
+                         chunk=chunk, progress=progress, trace_as=TraceAs(prefix, step or 0))
+    every = [play for plays in per_row for play in plays if play]
+    outcomes = [[outcome_of(p) for p in plays if p] for plays in per_row]
+    played = [r for per_task in outcomes for r in per_task]
+    breakdown = getattr(bundle, "eval_breakdown", None)
+    metrics = reward_metrics(played, prefix, breakdown)
     metrics.update(role_metrics(every, prefix))
+    records = task_records(outcomes, breakdown, step)
+    if samples > 1:
+        metrics.update(pass_metrics(records, pass_score, prefix))
+    if sink is not None:
+        sink(prefix if step is None else f"{prefix}-step-{step}", records)
     if not quiet:  # above any progress bar, and at once even when stdout is a pipe
         tqdm.write(eval_line(metrics, time.monotonic() - started, prefix=prefix, step=step), file=sys.stdout)
         sys.stdout.flush()
@@ -124,14 +164,17 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
 
 
 def trainer_eval(services: Any, bundle: Any, settings: RunConfig, step: int, *, sampling: Sampling, greedy: bool,
-                 times: dict[str, float], history: dict[str, list[tuple[int, float]]]) -> dict[str, float]:
+                 times: dict[str, float], history: dict[str, list[tuple[int, float]]],
+                 sink: Any = None) -> dict[str, float]:
     """A trainer's eval at `step`, sampled as training samples (the plan's `sampling`) or greedy-decoded:
     the same call for every backend, so `eval/*` compares across them. `settings` is the run's typed config
-    (`Plan.settings`). Adds its seconds to `times["eval"]` and a sampled eval's reward to `history["eval/reward"]`."""
+    (`Plan.settings`). Adds its seconds to `times["eval"]` and a sampled eval's reward to `history["eval/reward"]`.
+    `sink` (an `eval_results.EvalSink`) takes its per-task results (`evals/eval-step-<n>.jsonl`)."""
     started = time.monotonic()
     metrics, _ = evaluate(services, bundle, settings.env.eval_split, limit=settings.trainer.eval_limit,
                           sampling=sampling.greedy_copy() if greedy else sampling,
-                          seed_parts=(settings.seed, step), prefix="eval_greedy" if greedy else "eval", step=step)
+                          seed_parts=(settings.seed, step), prefix="eval_greedy" if greedy else "eval", step=step,
+                          sink=sink)
     seconds = time.monotonic() - started
     times["eval"] += seconds
     if not greedy:

@@ -42,6 +42,8 @@ from agentrl.console import progress
 from agentrl.devices import set_threads, train_device
 from agentrl.group_filter import FAILED, FailureStreak, failure_cause, group_drop_reason
 from agentrl.trainers import checkpoint as ckpt
+from agentrl.trainers.episode_traces import TraceAs
+from agentrl.trainers.eval_results import EvalSink
 from agentrl.trainers.evaluate import step_line, trainer_eval
 from agentrl.trainers.health import HealthWatch
 from agentrl.trainers.no_update import NoUpdateWatch
@@ -131,6 +133,7 @@ class GRPOTrainer(TrainerBase):
         first = self._restore(resume_from) if resume_from is not None else 1
         self.trained_cursor = self.rows.cursor
         self.services = start_services(cfg, plan, start_path, self.policies)
+        self.services.runner.traces = plan.tracker  # episode traces: every eval play, a sample of training's
         self.ready = PlayAhead(self._play_step, first=first, last=self.t.steps, overlap=self.t.off_policy_steps > 0)
         return first
 
@@ -183,7 +186,8 @@ class GRPOTrainer(TrainerBase):
             rows = [make_row(self.plan.bundle, s.env.train_split, i, svc.env_url, svc.env_settings) for i in indices]
             return asyncio.run(svc.runner.play_rows(rows, t.samples_per_prompt,
                                                     request_kwargs=self.plan.sampling.request_kwargs(),
-                                                    seed_parts=(s.seed, step, attempt)))
+                                                    seed_parts=(s.seed, step, attempt),
+                                                    trace_as=TraceAs("train", step)))
 
         kept, played, dropped, drawn = fill_step(self.rows.next, play, want=t.prompts_per_step,
                                                  budget=t.prompts_per_step + t.max_extra_rows, drop=self._filter)
@@ -206,7 +210,8 @@ class GRPOTrainer(TrainerBase):
         if self.ready is not None:
             self.ready.settle()
         return trainer_eval(self.services, self.plan.bundle, self.settings, step, sampling=self.plan.sampling,
-                            greedy=greedy, times=self.times, history=self.history)
+                            greedy=greedy, times=self.times, history=self.history,
+                            sink=EvalSink(self.tracker, Path(self.plan.run_dir)))
 
     def save(self, step: int) -> None:
         """A checkpoint of `step`: every trained policy's model and optimizer, the row cursor, the history."""

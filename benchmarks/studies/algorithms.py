@@ -14,7 +14,6 @@ Hydra overrides go after `--`, e.g. `... beat --home H --seeds 0 -- trainer.step
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning import compose, eval_both, plan_for, row  # noqa: E402 - the sibling benchmark's helpers
+
+from agentrl.paired import mean_se as paired_mean_se  # noqa: E402
 
 RECIPE = "gridsim_beat_teacher"
 
@@ -55,11 +56,8 @@ def start_path(home: Path, extra: Sequence[str] = (), recipe: str = RECIPE) -> P
 
 
 def mean_se(xs: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard error of the mean (0 for fewer than two values)."""
-    m = sum(xs) / len(xs)
-    if len(xs) < 2:
-        return m, 0.0
-    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+    """Mean and standard error of the mean (0 for fewer than two values): `agentrl.paired.mean_se`."""
+    return paired_mean_se(xs)
 
 
 def greedy_rule_scores(plan, limit: int | None) -> list[float]:

@@ -29,6 +29,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from agentrl.paired import mean_se as paired_mean_se
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -70,8 +72,7 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     values = [v for v in values if math.isfinite(v)]
     if not values:
         return float("nan"), float("nan")
-    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
-    return statistics.fmean(values), se
+    return paired_mean_se(values)
 
 
 def collect(uri: str, since_ms: int, sampler: TreeSampler | None, parent_id: str | None = None

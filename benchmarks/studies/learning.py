@@ -11,12 +11,13 @@ Prints one table per part and the GRPO step's time split (generate, env, train, 
 from __future__ import annotations
 
 import argparse
-import math
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+
+from agentrl.paired import paired_diff
 
 
 def compose(overrides: list[str]):
@@ -161,9 +162,8 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
     trainer.learner.model.save_pretrained(final_path)
     trainer.tokenizer.save_pretrained(final_path)
     m_end, r_end = eval_both(cfg2, plan2, str(final_path), limit, 1.1)
-    diffs = [b - a for a, b in zip(r_start, r_end, strict=True)]
-    mean = sum(diffs) / len(diffs)
-    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs))
+    paired = paired_diff(r_end, r_start)
+    mean, se = paired.mean, paired.se
     print(f"\n## (2) SFT on greedy-rule demonstrations, then {args.grpo_steps} GRPO steps ({grpo_s / 60:.1f} min)\n")
     print("| model | 1h | 2h | 4h | all |\n|---|---|---|---|---|")
     print(row("SFT(greedy), sampled", m_start, "eval"))

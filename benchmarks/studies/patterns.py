@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -30,6 +29,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from learning import compose, plan_for  # noqa: E402 - the sibling benchmark's config helpers
+
+from agentrl.paired import mean_se as paired_mean_se  # noqa: E402
+from agentrl.paired import paired_diff  # noqa: E402
 
 MA_KEYS = ("multi_agent/avg_turns", "multi_agent/early_termination_rate", "multi_agent/conversation_token_count",
            "loss_mask/role_split")
@@ -54,15 +56,13 @@ class Memory:
 
 
 def paired(a: list[float], b: list[float]) -> tuple[float, float]:
-    """Mean and standard error of the per-task difference b - a."""
-    d = [y - x for x, y in zip(a, b, strict=True)]
-    m = sum(d) / len(d)
-    return m, math.sqrt(sum((x - m) ** 2 for x in d) / max(len(d) - 1, 1) / len(d))
+    """Mean and standard error of the per-task difference b - a (`agentrl.paired.paired_diff`)."""
+    d = paired_diff(b, a)
+    return d.mean, d.se
 
 
 def mean_se(xs: list[float]) -> str:
-    m = sum(xs) / len(xs)
-    se = math.sqrt(sum((x - m) ** 2 for x in xs) / max(len(xs) - 1, 1) / len(xs))
+    m, se = paired_mean_se(xs)
     return f"{m:.3f} ± {se:.3f}"
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from agentrl.paired import paired_diff  # noqa: E402
 
 HISTORY = ("train/logprob_gap_mean", "train/logprob_gap_max", "time/step_s", "time/weight_push_s",
            "time/generate_wait_s", "time/train_s")
@@ -79,9 +80,9 @@ def play_all(cfg: Any, model_path: str, temperature: float | None) -> list[float
 
 
 def paired(a: list[float], b: list[float]) -> tuple[float, float]:
-    """Mean and standard error of b - a, paired per day."""
-    d = [y - x for x, y in zip(a, b, strict=True)]
-    return statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
+    """Mean and standard error of b - a, paired per day (`agentrl.paired.paired_diff`)."""
+    d = paired_diff(b, a)
+    return d.mean, d.se
 
 
 def describe(name: str, xs: list[float]) -> str:

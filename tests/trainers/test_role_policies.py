@@ -53,6 +53,9 @@ class _Tracker:
     def log_artifact(self, path: Any, folder: str) -> None:
         pass
 
+    def log_table(self, rows: list[dict[str, Any]], name: str) -> None:
+        pass
+
     def log_model(self, model_dir: Any, name: str = "model") -> None:
         pass
 

@@ -38,6 +38,9 @@ class _Tracker:
     def log_artifact(self, path: Any, artifact_path: str | None = None) -> None:
         pass
 
+    def log_table(self, rows: list[dict[str, Any]], name: str) -> None:
+        pass
+
     def log_model(self, path: Any) -> None:
         self.models.append(Path(path))
 

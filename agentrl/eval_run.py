@@ -1,0 +1,145 @@
+"""`python -m agentrl eval [overrides]`: play a model on a bundle's tasks, several samples each, and log the
+result as an evaluation run (no training): mean ± se, pass@k, the bundle's breakdown, per-task results.
+
+The same config groups as training (`model=`, `env=`, `agent=`, `inference=`, recipes) and the `eval` node
+(agentrl/config/evaluation.py). docs/evaluation.md says how to read the result.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from agentrl.config.sampling import Sampling
+from agentrl.config.validate import UnknownKeyError, check_typed_keys
+from agentrl.plan import Plan, PlanError, build_plan
+from agentrl.run import check_recipe, engine_unavailable
+from agentrl.tracking.eval_lookup import RunLookupError, final_model_of, looks_like_run_id
+from agentrl.tracking.tracker import DatasetRef, Tracker
+from agentrl.trainers.dependency import DependencyLost
+from agentrl.trainers.eval_results import EvalSink
+from agentrl.trainers.evaluate import eval_indices, evaluate
+
+# The tag that marks an MLflow run as an evaluation (training runs lack it).
+RUN_KIND_TAG = "agentrl.run_kind"
+EVALUATION = "evaluation"
+
+
+def model_folder(plan: Plan, asked: str | None, tracking_uri: str) -> str:
+    """The weights to evaluate: `eval.model` (a folder, or an MLflow run id: its final_model), else the model
+    group's (made first if it is built on demand, like the tiny model)."""
+    if not asked:
+        return plan.model.path()
+    if Path(asked).is_dir():
+        folder = Path(asked)
+        # A checkpoint folder (step-NNNNNN/) holds its weights in model/.
+        if not (folder / "config.json").is_file() and (folder / "model" / "config.json").is_file():
+            folder = folder / "model"
+        if not (folder / "config.json").is_file():
+            raise SystemExit(f"agentrl eval: eval.model={asked} holds no Hugging Face model (no config.json)")
+        return str(folder.resolve())
+    if looks_like_run_id(asked):
+        try:
+            return str(final_model_of(tracking_uri, asked))
+        except RunLookupError as err:
+            raise SystemExit(f"agentrl eval: eval.model={asked}: {err}") from None
+    raise SystemExit(f"agentrl eval: eval.model={asked} is neither a model folder nor an MLflow run id")
+
+
+def eval_sampling(plan: Plan, temperature: float | None) -> Sampling:
+    """The trainer's sampling (top_p, top_k) at `eval.temperature` when given; 0 decodes greedily."""
+    base = plan.sampling
+    if base is None:  # a trainer that samples nothing (sft): plain sampling at eval.temperature
+        return Sampling(temperature=0.0 if temperature is None else temperature, top_p=1.0, top_k=0,
+                        greedy=not temperature)
+    if temperature is None:
+        return base
+    return base.greedy_copy() if temperature == 0 else base.at(temperature)
+
+
+def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict[str, float], tasks: int,
+                  samples: int, results: Path | None, wall_s: float) -> str:
+    """The block an evaluation ends with: where it is, what it scored (mean ± se, pass@k, breakdown)."""
+    lines = [f"== agentrl eval {status} in {wall_s:.0f} s", f"run folder    {run_dir}"]
+    if tracker.run_id:
+        lines.append(f"MLflow        {tracker.tracking_uri}  experiment {tracker.experiment}  run {tracker.run_id}")
+        lines.append(f"browse        {tracker.ui_command()}")
+        if url := tracker.url():
+            lines.append(f"              then {url}")
+    if "eval/reward" in metrics:
+        lines.append(f"eval/reward   {metrics['eval/reward']:.4f} ± {metrics['eval/reward_stderr']:.4f} "
+                     f"({tasks} tasks x {samples} samples)")
+    if passes := [f"pass@{k[13:]} {v:.3f}" for k, v in metrics.items() if k.startswith("eval/pass_at_")]:
+        lines.append(f"pass@k        {', '.join(passes)}")
+    skip = {"eval/reward", "eval/reward_stderr", "eval/zero_share"}
+    if parts := [f"{k[5:]} {v:.3f}" for k, v in sorted(metrics.items())
+                 if k.startswith("eval/reward_") and k not in skip]:
+        lines.append(f"breakdown     {', '.join(parts)}")
+    if results is not None:
+        lines.append(f"per-task      {results} (and in MLflow: evals/; the eval table evals/eval_table.json)")
+    return "\n".join(lines)
+
+
+def run_eval(cfg: DictConfig) -> float | None:
+    """Evaluate one model as `cfg.eval` says; returns eval/reward (None if it failed)."""
+    started = time.monotonic()
+    check_recipe(cfg)
+    try:
+        check_typed_keys(cfg)
+    except UnknownKeyError as err:
+        raise SystemExit(f"agentrl eval: {err}") from None
+    hydra_cfg = HydraConfig.get()
+    choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith(("hydra/", "schema/"))}
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    try:
+        plan = build_plan(cfg, choices=choices, run_dir=run_dir, tracked=True)
+    except PlanError as err:
+        raise SystemExit(f"agentrl eval: {err}") from None
+    e, tracker = plan.settings.eval, plan.tracker
+    split = e.split or plan.settings.env.eval_split
+    if split not in plan.bundle.splits():
+        raise SystemExit(f"agentrl eval: eval.split={split}: bundle {plan.bundle.name} has no such split; it has "
+                         f"{sorted(plan.bundle.splits())}")
+    model = model_folder(plan, e.model, tracker.tracking_uri)
+    sampling = eval_sampling(plan, e.temperature)
+    tasks = len(eval_indices(plan.bundle, split, e.limit))
+    tracker.start(cfg, choices=choices, run_dir=run_dir, overrides=list(hydra_cfg.overrides.task))
+    tracker.set_tags({RUN_KIND_TAG: EVALUATION, "agentrl.eval.model": model, "agentrl.eval.split": split,
+                      "agentrl.eval.samples": e.samples})
+    bundle = plan.bundle
+    tracker.log_datasets([DatasetRef(name=bundle.name, context="eval", split=split, rows=bundle.splits()[split],
+                                     version=str(getattr(bundle, "version", "")),
+                                     source=str(getattr(bundle, "folder", None) or bundle.name))])
+    print(f"evaluating   {model}\non           {choices.get('env')} ({bundle.name}) split {split}: {tasks} tasks x "
+          f"{e.samples} samples, agent {choices.get('agent')}, inference {choices.get('inference')}\n"
+          f"sampling     {sampling.request_kwargs()}", flush=True)
+    status, metrics, sink = "FAILED", {}, EvalSink(tracker, run_dir)
+    from agentrl.trainers.services import start_services  # torch loads only once the plan is checked
+
+    try:
+        services = start_services(cfg, plan, model)
+        try:
+            with tqdm(total=tasks, desc="eval", unit="task", dynamic_ncols=True) as bar:
+                metrics, _ = evaluate(services, bundle, split, limit=e.limit, sampling=sampling,
+                                      seed_parts=(plan.settings.seed,), samples=e.samples, pass_score=e.pass_score,
+                                      sink=sink, progress=bar)
+        finally:
+            services.close()
+        tracker.log(metrics, step=0)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except (DependencyLost, engine_unavailable()) as err:
+        raise SystemExit(f"agentrl eval: {err}") from None
+    finally:
+        tracker.finish(status)
+        print(closing_block(status=status, run_dir=run_dir, tracker=tracker, metrics=metrics, tasks=tasks,
+                            samples=e.samples, results=sink.last, wall_s=time.monotonic() - started), flush=True)
+    return metrics.get("eval/reward")
+
+

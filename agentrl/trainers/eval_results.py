@@ -1,0 +1,141 @@
+"""Per-task eval results: one JSON Lines record per task (its samples' scores, rewards, tokens, tool calls and
+answers), written into the run folder (`evals/<name>.jsonl`) and logged to the tracker with a per-sample table.
+
+Training's evals and `agentrl eval` write the same file; `agentrl compare` reads two of them back. Plain dicts, so
+the file is readable without agentrl.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentrl.agents.record import Rollout
+from agentrl.paired import pass_at_k
+
+EVALS_DIR = "evals"  # under the run folder, and the artifact folder in the tracker
+
+
+class EvalResultsError(ValueError):
+    """A per-task results file that cannot be read (named in the message)."""
+
+
+def prompt_of(row: Mapping[str, Any]) -> str:
+    """The task's opening user message (what the table's prompt column shows)."""
+    users = [m.get("content", "") for m in row.get("messages", []) if m.get("role") == "user"]
+    return str(users[0]) if users else ""
+
+
+def sample_record(r: Rollout) -> dict[str, Any]:
+    """One sample of a task: its score (what evals read), trained reward, counts, final answer and failure."""
+    out: dict[str, Any] = {"score": r.score, "reward": r.reward, "completion_tokens": r.completion_tokens,
+                           "turns": r.turns, "tool_calls": r.tool_calls, "invalid_calls": r.invalid_calls,
+                           "answer": r.answer, "failure": r.failure.value if r.failure else None}
+    if r.details:  # pattern-specific facts (a judged play's selection, ...), when JSON can hold them
+        out["details"] = json.loads(json.dumps(r.details, default=str))
+    return out
+
+
+def task_records(per_task: Sequence[Sequence[Rollout]], breakdown: Mapping[str, str] | None = None,
+                 step: int | None = None) -> list[dict[str, Any]]:
+    """One record per task from its samples' outcome rollouts (all of one row): task id, split, index, the
+    bundle's breakdown facts (`Bundle.eval_breakdown`'s keys), the prompt and each sample."""
+    records = []
+    for samples in per_task:
+        if not samples:
+            continue
+        meta = samples[0].row.get("metadata", {})
+        task = meta.get("task") or {}
+        records.append({"task_id": str(meta.get("task_id", meta.get("index"))), "split": meta.get("split"),
+                        "index": meta.get("index"), "step": step,
+                        "facts": {fact: task[fact] for fact in (breakdown or {}) if fact in task},
+                        "prompt": prompt_of(samples[0].row), "samples": [sample_record(r) for r in samples]})
+    return records
+
+
+def task_score(record: Mapping[str, Any]) -> float:
+    """A task's score: the mean of its samples' scores."""
+    scores = [float(s["score"]) for s in record["samples"]]
+    return sum(scores) / len(scores)
+
+
+def pass_metrics(records: Sequence[Mapping[str, Any]], pass_score: float, prefix: str) -> dict[str, float]:
+    """`<prefix>/pass_at_<k>` (pass@k) for k = 1 .. the fewest samples a task has: the mean over tasks of the
+    unbiased pass@k, a sample passing when its score >= `pass_score`."""
+    if not records:
+        return {}
+    n_min = min(len(r["samples"]) for r in records)
+    out = {}
+    for k in range(1, n_min + 1):
+        values = [pass_at_k(len(r["samples"]), sum(float(s["score"]) >= pass_score for s in r["samples"]), k)
+                  for r in records]
+        out[f"{prefix}/pass_at_{k}"] = sum(values) / len(values)
+    return out
+
+
+def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The eval table: one row per sample (task id, sample, prompt, completion, tool calls, score, reward)."""
+    return [{"task_id": r["task_id"], "split": r["split"], "sample": j, "prompt": r["prompt"],
+             "completion": s["answer"], "tool_calls": s["tool_calls"], "invalid_calls": s["invalid_calls"],
+             "score": s["score"], "reward": s["reward"], "completion_tokens": s["completion_tokens"],
+             "failure": s["failure"] or ""}
+            for r in records for j, s in enumerate(r["samples"])]
+
+
+def write_results(path: Path, records: Sequence[Mapping[str, Any]]) -> Path:
+    """Write `records` as JSON Lines at `path` (its folder made); returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as out:
+        for record in records:
+            out.write(json.dumps(record, default=str) + "\n")
+    return path
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """The records of a per-task results file, each checked for a task id and a non-empty list of scored samples."""
+    if not path.is_file():
+        raise EvalResultsError(f"{path}: no such per-task results file")
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or "task_id" not in record:
+                raise ValueError("no task_id")
+            if not record.get("samples") or not all(isinstance(s.get("score"), int | float) for s in record["samples"]):
+                raise ValueError("no scored samples")
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise EvalResultsError(f"{path} line {number}: not a per-task eval record ({exc})") from None
+        records.append(record)
+    if not records:
+        raise EvalResultsError(f"{path}: holds no task records")
+    return records
+
+
+def latest_results(run_dir: Path, prefix: str = "eval") -> Path | None:
+    """The run folder's newest `<prefix>-step-<n>.jsonl` (the highest n), None when it has none."""
+    found = [(int(p.stem.rsplit("-", 1)[1]), p) for p in (run_dir / EVALS_DIR).glob(f"{prefix}-step-*.jsonl")
+             if p.stem.rsplit("-", 1)[1].isdigit()]
+    return max(found)[1] if found else None
+
+
+@dataclass
+class EvalSink:
+    """Where an evaluation's per-task results go: `<run_dir>/evals/<name>.jsonl`, logged to `tracker` as an
+    artifact (under `evals/`) and as the eval table (`evals/<name>_table.json`). `last` is the newest file."""
+
+    tracker: Any
+    run_dir: Path
+    last: Path | None = None
+
+    def __call__(self, name: str, records: Sequence[Mapping[str, Any]]) -> Path:
+        path = write_results(self.run_dir / EVALS_DIR / f"{name}.jsonl", records)
+        if self.tracker is not None:
+            self.tracker.log_artifact(path, EVALS_DIR)
+            self.tracker.log_table(table_rows(records), f"{EVALS_DIR}/{name}_table.json")
+        self.last = path
+        return path

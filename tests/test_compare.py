@@ -1,0 +1,56 @@
+"""`python -m agentrl compare A B` on two known per-task result files: the hand-computed paired mean and se, the
+breakdown, and a clear refusal of mismatched task sets or a file that is not a results file."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from tests.conftest import run_cli
+
+
+def _write(path: Path, tasks: dict[str, list[float]], hours: dict[str, int]) -> Path:
+    with path.open("w") as out:
+        for i, (task, scores) in enumerate(tasks.items()):
+            out.write(json.dumps({"task_id": task, "split": "eval", "index": i, "facts": {"duration_h": hours[task]},
+                                  "samples": [{"score": s, "reward": s} for s in scores]}) + "\n")
+    return path
+
+
+HOURS = {"d0": 1, "d1": 1, "d2": 4, "d3": 4}
+
+
+def test_compare_two_files_by_hand(tmp_path: Path) -> None:
+    # A's task scores are its samples' means: 0.5, 1.0, 0.2, 0.9; B's 0.3, 1.0, 0.4, 0.5 (listed in another order).
+    a = _write(tmp_path / "a.jsonl", {"d0": [0.25, 0.75], "d1": [1.0, 1.0], "d2": [0.2, 0.2], "d3": [0.9, 0.9]}, HOURS)
+    b = _write(tmp_path / "b.jsonl", {"d3": [0.5], "d1": [1.0], "d0": [0.3], "d2": [0.4]}, HOURS)
+    done = run_cli(["compare", str(a), str(b)], cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    se = math.sqrt(0.2 / 3 / 4)  # diffs 0.2, 0, -0.2, 0.4: mean 0.1
+    assert f"A - B, paired by task: +0.1000 ± {se:.4f} ({0.1 / se:.1f} se), n 4: won 2, lost 1, tied 1" in done.stdout
+    # by battery duration: 1h diffs 0.2, 0 (mean 0.1, se 0.1); 4h diffs -0.2, 0.4 (mean 0.1, se 0.3)
+    assert "duration_h=1: +0.1000 ± 0.1000 (1.0 se), n 2: won 1, lost 0, tied 1" in done.stdout
+    assert "duration_h=4: +0.1000 ± 0.3000 (0.3 se), n 2: won 1, lost 1, tied 0" in done.stdout
+    assert "over 4 tasks" in done.stdout
+
+
+def test_compare_refuses_mismatched_tasks(tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.jsonl", {"d0": [0.5], "d1": [1.0], "d2": [0.2]}, HOURS)
+    b = _write(tmp_path / "b.jsonl", {"d0": [0.3], "d1": [1.0], "d3": [0.4]}, HOURS)
+    done = run_cli(["compare", str(a), str(b)], cwd=tmp_path, timeout=600)
+    assert done.returncode != 0
+    assert "not on the same tasks" in done.stderr
+    assert "1 only in" in done.stderr and "d2 (eval)" in done.stderr and "d3 (eval)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_compare_names_a_bad_source(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text('{"no": "task id"}\n')
+    good = _write(tmp_path / "a.jsonl", {"d0": [0.5]}, HOURS)
+    done = run_cli(["compare", str(junk), str(good)], cwd=tmp_path, timeout=600)
+    assert done.returncode != 0 and f"{junk} line 1: not a per-task eval record" in done.stderr
+    done = run_cli(["compare", str(tmp_path / "missing.jsonl"), str(good)], cwd=tmp_path, timeout=600)
+    assert done.returncode != 0 and "neither a per-task results file nor an MLflow run id" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,96 @@
+"""`python -m agentrl eval` on the tiny model, read back from the run folder and MLflow's real store: per-task
+results whose pass@k agrees with their samples, an eval table, a run tagged as an evaluation holding no
+training metrics; a training run's own evals write the same per-task files; `agentrl compare` pairs two runs by id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrl.paired import pass_at_k
+from agentrl.testing.mlflow_store import seed_store
+from agentrl.testing.tiny_models import seed_tiny_model
+from agentrl.trainers.eval_results import pass_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+SHAPE = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
+         "model.intermediate_size=64", "model.vocab_size=1024", "agent.max_response_tokens=24"]
+TRAIN = ["trainer.steps=1", "trainer.warm_start.enabled=false", "trainer.prompts_per_step=2",
+         "trainer.samples_per_prompt=2", "trainer.eval_limit=3", "trainer.eval_every=1", "trainer.checkpoint_every=0", "trainer.max_extra_rows=0", *SHAPE]
+
+
+def _cli(args: list[str], home: Path) -> subprocess.CompletedProcess:
+    seed_tiny_model(args, home / "outputs" / "models")  # the model the run would build, built once per session
+    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1500)
+
+
+def _run_id(stdout: str) -> str:
+    line = next(x for x in stdout.splitlines() if x.startswith("MLflow "))
+    return line.split(" run ")[-1].strip()
+
+
+def test_pass_metrics_by_hand() -> None:
+    records = [{"samples": [{"score": 1.0}, {"score": 0.0}, {"score": 0.5}]},  # passes at 0.5: 2 of 3
+               {"samples": [{"score": 0.0}, {"score": 0.2}, {"score": 0.0}]}]  # 0 of 3
+    m = pass_metrics(records, 0.5, "eval")
+    assert m == pytest.approx({"eval/pass_at_1": (2 / 3 + 0) / 2, "eval/pass_at_2": (1 + 0) / 2,
+                               "eval/pass_at_3": (1 + 0) / 2})
+
+
+@pytest.mark.slow
+def test_eval_command_then_compare(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    home = tmp_path / "home"
+    train = _cli(TRAIN, home)
+    assert train.returncode == 0, train.stderr[-4000:]
+    train_id = _run_id(train.stdout)
+    train_dir = next((home / "outputs" / "runs" / "train").iterdir())
+    # Training's own evals write the per-task file too, one per eval (sampled and greedy-decoded).
+    written = sorted(p.name for p in (train_dir / "evals").glob("*.jsonl"))
+    assert "eval-step-1.jsonl" in written and "eval_greedy-step-1.jsonl" in written, written
+    assert "per-task eval" in train.stdout or "evals/" in train.stdout
+
+    ev = _cli(["eval", f"eval.model={train_id}", "eval.samples=3", "eval.limit=3", "eval.pass_score=0.0",
+               *SHAPE], home)
+    assert ev.returncode == 0, ev.stderr[-4000:]
+    eval_id = _run_id(ev.stdout)
+    eval_dir = next((home / "outputs" / "runs" / "eval").iterdir())
+    records = [json.loads(x) for x in (eval_dir / "evals" / "eval.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2] and all(len(r["samples"]) == 3 for r in records)
+    assert all({"score", "reward", "completion_tokens", "tool_calls", "answer"} <= s.keys()
+               for r in records for s in r["samples"])
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    run = client.get_run(eval_id)
+    assert run.data.tags["agentrl.run_kind"] == "evaluation"
+    assert "agentrl.run_kind" not in client.get_run(train_id).data.tags
+    assert run.data.tags["agentrl.eval.model"] == str(train_dir / "final_model")
+    metrics = run.data.metrics
+    assert metrics and all(k.startswith("eval/") for k in metrics), sorted(metrics)  # no train/, rollout/, time/
+    for k in (1, 2, 3):  # pass@k from the samples in the file (a pass: score >= 0.0, the asked pass_score)
+        expect = sum(pass_at_k(3, sum(s["score"] >= 0.0 for s in r["samples"]), k) for r in records) / 3
+        assert metrics[f"eval/pass_at_{k}"] == pytest.approx(expect)
+    scores = [s["score"] for r in records for s in r["samples"]]
+    assert metrics["eval/reward"] == pytest.approx(sum(scores) / len(scores))
+    artifacts = {a.path for a in client.list_artifacts(eval_id, "evals")}
+    assert {"evals/eval.jsonl", "evals/eval_table.json"} <= artifacts, artifacts
+    table = json.loads(Path(client.download_artifacts(eval_id, "evals/eval_table.json", str(tmp_path))).read_text())
+    assert len(table["data"]) == 9 and {"task_id", "prompt", "completion", "tool_calls", "score", "reward"} <= set(
+        table["columns"])
+    log = (eval_dir / "__main__.log").read_text()
+    assert "eval/reward" in log and "== agentrl eval FINISHED" in log and "pass@3" in log
+
+    both = _cli(["compare", eval_id, train_id], home)
+    assert both.returncode == 0, both.stderr[-3000:]
+    assert "A - B, paired by task:" in both.stdout and "n 3:" in both.stdout
+    assert "(eval-step-1.jsonl)" in both.stdout and "duration_h=" in both.stdout
