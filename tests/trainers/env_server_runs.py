@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agentrl.testing.mlflow_store import seed_store
 from agentrl.testing.processes import wait_healthy
+from agentrl.testing.tiny_models import seed_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 # The tiny shape of test_grpo_cli's TINY, no warm start and no eval between steps.
@@ -19,9 +21,11 @@ TINY = ["+recipe=gridsim_grpo", "trainer.prompts_per_step=2", "trainer.samples_p
         "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024"]
 
 
-def run_env(home: Path) -> dict[str, str]:
-    """The environment of a CLI run with its own home and MLflow store, one thread."""
-    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+def run_env(home: Path, args: list[str] = ()) -> dict[str, str]:
+    """The environment of a CLI run with its own home and MLflow store, one thread; the tiny model `args` need
+    is copied into the home (built once per session)."""
+    seed_tiny_model(args, home / "outputs" / "models")
+    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
             "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 

@@ -28,7 +28,7 @@ class Run:
     """`python -m agentrl ...` with its output read line by line as it comes (stdout and stderr together)."""
 
     def __init__(self, args: list[str], home: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=run_env(home),
+        self.proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=run_env(home, args),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)

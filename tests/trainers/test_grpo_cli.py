@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.testing.mlflow_store import seed_store
+from agentrl.testing.tiny_models import seed_tiny_model
 from agentrl.trainers.step_parts import RowStream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,13 +28,14 @@ REQUIRED = ["train/reward", "eval/reward", "eval/reward_1h", "eval/zero_share", 
             "train/clip_fraction", "train/grad_norm", "eval_greedy/reward"]
 
 
-def _env(home: Path) -> dict[str, str]:
-    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+def _env(home: Path, args: list[str] = ()) -> dict[str, str]:
+    seed_tiny_model(args, home / "outputs" / "models")  # the model the run would build, built once per session
+    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
             "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _cli(args: list[str], home: Path, timeout: float = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=_env(home), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=_env(home, args), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -57,7 +60,7 @@ def test_two_steps_then_kill_and_resume(tmp_path: Path) -> None:
     home = tmp_path / "home"
     args = ["+recipe=gridsim_grpo", *TINY]
     # A run of 5 steps killed once its step-1 checkpoint exists (a fast step may have saved step 2 too) ...
-    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args, "trainer.steps=5"], cwd=REPO, env=_env(home),
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args, "trainer.steps=5"], cwd=REPO, env=_env(home, args),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 1200
     ckpts = home / "outputs" / "checkpoints" / "gridsim_grpo"

@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from agentrl.testing.mlflow_store import seed_store
+from agentrl.testing.tiny_models import seed_tiny_model
+
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["+recipe=gridsim_grpo", "trainer=trl", "trainer.prompts_per_step=4", "trainer.samples_per_prompt=4",
          "trainer.temperature=0.6", "trainer.eval_limit=8", "trainer.eval_every=1", "trainer.checkpoint_every=0",
@@ -35,7 +38,8 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cli(args: list[str], home: Path, timeout: float = 1500) -> subprocess.CompletedProcess:
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+    seed_tiny_model(args, home / "outputs" / "models")  # the model the run would build, built once per session
+    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1"}
     return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
