@@ -29,6 +29,7 @@ from agentrl.console import progress
 from agentrl.devices import model_device, set_threads, train_device
 from agentrl.fsutil import atomic_dir
 from agentrl.trainers.demonstrations import demonstration_data, role_demonstrations
+from agentrl.trainers.eval_results import EvalSink
 from agentrl.trainers.evaluate import evaluate
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 from agentrl.trainers.protocol import TrainerBase
@@ -180,11 +181,14 @@ class SFTTrainer(TrainerBase):
         metrics = run_sft(cfg, self.plan, self.output_dir, t, eval_every=int(t.eval_every), tracker=self.tracker)
         started = time.monotonic()
         services = start_services(cfg, self.plan, str(self.output_dir))
+        sink = EvalSink(self.tracker, Path(self.plan.run_dir))  # evals/eval-step-<n>.jsonl, as GRPO's
         try:
             final, _ = evaluate(services, self.plan.bundle, cfg.env.eval_split, limit=t.eval_limit,
-                                sampling=self.plan.sampling, seed_parts=(cfg.seed, "final"), step=int(t.steps))
+                                sampling=self.plan.sampling, seed_parts=(cfg.seed, "final"), step=int(t.steps),
+                                sink=sink)
             greedy, _ = evaluate(services, self.plan.bundle, cfg.env.eval_split, limit=t.eval_limit,
-                                 sampling=self.plan.sampling.greedy_copy(), prefix="eval_greedy", step=int(t.steps))
+                                 sampling=self.plan.sampling.greedy_copy(), prefix="eval_greedy", step=int(t.steps),
+                                 sink=sink)
         finally:
             services.close()
         final.update(greedy)
