@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.testing.mlflow_store import seed_store
+from agentrl.testing.tiny_models import seed_tiny_model
 from agentrl.trainers.resume import identity, resume_mode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +25,8 @@ TINY = ["trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.e
 
 
 def _cli(args: list[str], home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+    seed_tiny_model(args, home / "outputs" / "models")  # the model the run would build, built once per session
+    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1"}
     return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=1500)
