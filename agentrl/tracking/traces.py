@@ -25,6 +25,12 @@ log = logging.getLogger(__name__)
 # The text of one message, reply or tool answer kept in a span: a runaway reply must not make a trace of MBs.
 MAX_TEXT_CHARS = 20_000
 
+# OpenTelemetry's default trace and span ids come from the global `random`, which a run seeds (`seed`): two runs
+# with one seed would write the same trace ids, and the later run would take the earlier one's traces over.
+# MLflow's isolated generator (chosen when its tracer is first made, after this import) draws from a private,
+# unseeded Random instead. A user's own setting of the variable wins.
+os.environ.setdefault("MLFLOW_TRACE_USE_ISOLATED_RANDOM_ID_GENERATOR", "true")
+
 
 def _clip(text: Any) -> Any:
     if isinstance(text, str) and len(text) > MAX_TEXT_CHARS:
