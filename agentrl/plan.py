@@ -10,6 +10,7 @@ from typing import Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 from agentrl.config.locate import project_root, project_root_reason, recipe_dirs
 from agentrl.tracking.tracker import Tracker
@@ -132,13 +133,16 @@ class Plan:
         return "\n".join(lines)
 
 
+MISSING_MODEL_PATH = ("model.path is not set: model=hf needs a local Hugging Face folder, e.g. model=hf "
+                      "model.path=/data/Qwen3-4B (docs/models.md)")
+
+
 def check_model(cfg: DictConfig) -> list[str]:
     """The model group's checks, before anything starts: a path is given, the factory accepts the keys, a folder
     that must exist is a usable model (`model=hf`), and its chat template gives an assistant mask and writes tool
     calls `model.tool_format` reads (`inference.assistant_tokens`). Returns the plan's notes about the model."""
     if OmegaConf.is_missing(cfg.model, "path"):
-        raise PlanError("model.path is not set: model=hf needs a local Hugging Face folder, e.g. model=hf "
-                        "model.path=/data/Qwen3-4B (docs/models.md)")
+        raise PlanError(MISSING_MODEL_PATH)
     factory = resolve_target(cfg.model, "model")
     if getattr(factory, "builds_on_demand", False) and not (Path(cfg.model.path) / "config.json").is_file():
         return []  # e.g. the tiny model, made (with agentrl's own template) when first used
@@ -206,8 +210,15 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
 
 
 def typed_settings(cfg: DictConfig) -> Any:
-    """The whole config as its schema dataclasses (`RunConfig`), interpolations resolved."""
-    return OmegaConf.to_object(cfg)
+    """The whole config as its schema dataclasses (`RunConfig`), interpolations resolved; a required value left
+    unset (`???`) is a PlanError naming its key."""
+    try:
+        return OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as exc:
+        key = getattr(exc, "full_key", None) or "a required value"
+        if key == "model.path":
+            raise PlanError(MISSING_MODEL_PATH) from None
+        raise PlanError(f"{key} is not set: it has no default; set it, e.g. {key}=...") from None
 
 
 def plan_resume(cfg: DictConfig, choices: dict[str, str | None], trainer_cls: type) -> Any:
