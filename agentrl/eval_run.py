@@ -15,9 +15,8 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from agentrl.config.sampling import Sampling
-from agentrl.config.validate import UnknownKeyError, check_typed_keys
-from agentrl.plan import Plan, PlanError, build_plan
-from agentrl.run import check_recipe, engine_unavailable
+from agentrl.plan import Plan
+from agentrl.run import engine_unavailable, job_plan
 from agentrl.tracking.eval_lookup import RunLookupError, final_model_of, looks_like_run_id
 from agentrl.tracking.tracker import DatasetRef, Tracker
 from agentrl.trainers.dependency import DependencyLost
@@ -87,18 +86,9 @@ def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict
 def run_eval(cfg: DictConfig) -> float | None:
     """Evaluate one model as `cfg.eval` says; returns eval/reward (None if it failed)."""
     started = time.monotonic()
-    check_recipe(cfg)
-    try:
-        check_typed_keys(cfg)
-    except UnknownKeyError as err:
-        raise SystemExit(f"agentrl eval: {err}") from None
+    plan = job_plan(cfg, "agentrl eval")
     hydra_cfg = HydraConfig.get()
-    choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith(("hydra/", "schema/"))}
-    run_dir = Path(hydra_cfg.runtime.output_dir)
-    try:
-        plan = build_plan(cfg, choices=choices, run_dir=run_dir, tracked=True)
-    except PlanError as err:
-        raise SystemExit(f"agentrl eval: {err}") from None
+    choices, run_dir = plan.choices, plan.run_dir
     e, tracker = plan.settings.eval, plan.tracker
     split = e.split or plan.settings.env.eval_split
     if split not in plan.bundle.splits():

@@ -119,23 +119,30 @@ def mark_resume(tracker: Tracker, plan: Plan, run_dir: Path) -> None:
     tracker.log_artifact(resolved, f"resume-step-{plan.resume.step}")
 
 
-def run(cfg: DictConfig) -> float | None:
-    """Run one job; return its final eval/reward (the objective a sweeper maximizes), None for a dry run."""
-    started = time.monotonic()
+def job_plan(cfg: DictConfig, who: str = "agentrl") -> Plan:
+    """Check the Hydra job's composition and build its tracked plan (`run`, `agentrl eval`); a refusal exits with
+    one line, `<who>: <why>`."""
     check_recipe(cfg)
     try:
         check_typed_keys(cfg)  # also checked at compose time; here too for a config made another way
     except UnknownKeyError as err:
-        raise SystemExit(f"agentrl: {err}") from None
-    # One INFO line per request (every chat turn, every session) would drown the progress bars.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+        raise SystemExit(f"{who}: {err}") from None
     hydra_cfg = HydraConfig.get()
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith(("hydra/", "schema/"))}
-    run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        plan = build_plan(cfg, choices=choices, run_dir=run_dir, tracked=True)
+        return build_plan(cfg, choices=choices, run_dir=Path(hydra_cfg.runtime.output_dir), tracked=True)
     except PlanError as err:
-        raise SystemExit(f"agentrl: {err}") from None
+        raise SystemExit(f"{who}: {err}") from None
+
+
+def run(cfg: DictConfig) -> float | None:
+    """Run one job; return its final eval/reward (the objective a sweeper maximizes), None for a dry run."""
+    started = time.monotonic()
+    # One INFO line per request (every chat turn, every session) would drown the progress bars.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    plan = job_plan(cfg)
+    hydra_cfg = HydraConfig.get()
+    choices, run_dir = plan.choices, plan.run_dir
 
     tracker = plan.tracker
     # A dry run never reopens the checkpoint's run: the plan's `resume` line says what a real run would resume.
