@@ -162,7 +162,7 @@ def run(cfg: DictConfig) -> float | None:
         mark_resume(tracker, plan, run_dir)
     print(plan.describe(tracker.tracking_uri), flush=True)
     if dry_run:
-        if report := plan.trainer_cls.dry_run_report(cfg, plan):  # e.g. Miles: the exact command it would launch
+        if report := plan.trainer_cls.dry_run_report(plan):  # e.g. Miles: the exact command it would launch
             print(report, flush=True)
         apart = " (kept apart from the real runs)" if tracker.experiment != plan.settings.logger.experiment else ""
         print(f"dry run: composed, validated and instantiated; MLflow run {tracker.run_id} "
@@ -174,7 +174,7 @@ def run(cfg: DictConfig) -> float | None:
     metrics: dict[str, Any] = {}
     trainer: Trainer | None = None
     try:
-        trainer = plan.trainer_cls(cfg, plan=plan, tracker=tracker)
+        trainer = plan.trainer_cls(plan=plan, tracker=tracker)
         metrics = trainer.fit() or {}
         status = "FINISHED"
     except KeyboardInterrupt:

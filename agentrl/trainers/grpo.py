@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from agentrl.agents.record import Rollout
 from agentrl.console import progress
@@ -75,7 +74,8 @@ class GRPOTrainer(TrainerBase):
 
     checkpoint_kind = AGENTRL  # what trainer.resume resolves to at plan time (resume.py): step-NNNNNN/state.pt
 
-    def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
+    def __init__(self, *, plan: Any, tracker: Any) -> None:
+        cfg = plan.cfg
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
         self.settings = plan.settings  # the typed config (`RunConfig`): what this trainer reads
         self.t = t = self.settings.trainer

@@ -97,7 +97,8 @@ class MilesTrainer(TrainerBase):
     resumes_itself = True  # trainer.resume=latest becomes Miles' --load of its save folder
     checks_model_itself = True  # model.path lives on Miles' machines: the plan leaves it to preflight()
 
-    def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
+    def __init__(self, *, plan: Any, tracker: Any) -> None:
+        cfg = plan.cfg
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
         try:
             check_config(cfg)
@@ -107,10 +108,11 @@ class MilesTrainer(TrainerBase):
     # ------------------------------------------------------------------ dry run
 
     @classmethod
-    def dry_run_report(cls, cfg: DictConfig, plan: Any) -> str:
+    def dry_run_report(cls, plan: Any) -> str:
         """The exact launcher command and environment `fit()` would use (rows paths as they would be)."""
         from agentrl.tracking.uri import resolve_tracking_uri
 
+        cfg = plan.cfg
         try:
             check_config(cfg)
             run_dir = Path(plan.run_dir)

@@ -1,7 +1,7 @@
 """What `run.py` and `plan.py` may ask of a trainer backend: the `Trainer` protocol, and `TrainerBase`, its
 defaults, which every backend (grpo, sft, trl, miles) inherits.
 
-A trainer is built by `run.py` as `trainer_cls(cfg, plan=plan, tracker=tracker)`; `fit()` runs it to the end:
+A trainer is built by `run.py` as `trainer_cls(plan=plan, tracker=tracker)`; `fit()` runs it to the end:
 `setup(plan)` (returns the first step: 1, or the one after a resumed checkpoint), `train_step(step)` per step,
 `cleanup()` whatever happened. The built-in GRPO trainer takes its steps itself. TRL, SFT and Miles run their
 steps inside a loop of their own (TRL's `Trainer.train`, the SFT loop, Miles' processes): their `fit()` is that
@@ -32,7 +32,7 @@ class Trainer(Protocol):
         """Why this config cannot run on this backend (None: it can); the plan refuses it before anything starts."""
 
     @classmethod
-    def dry_run_report(cls, cfg: Any, plan: Any) -> str | None:
+    def dry_run_report(cls, plan: Any) -> str | None:
         """What a dry run prints besides the plan (e.g. the exact command Miles would launch); None: nothing."""
 
     def setup(self, plan: Any) -> int:
@@ -67,7 +67,7 @@ class TrainerBase:
         return None
 
     @classmethod
-    def dry_run_report(cls, cfg: Any, plan: Any) -> str | None:
+    def dry_run_report(cls, plan: Any) -> str | None:
         """None: a dry run prints the plan only."""
         return None
 

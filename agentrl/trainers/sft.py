@@ -165,7 +165,8 @@ def train_sft(model: Any, tokenizer: Any, data: Sequence[tuple[list[int], list[i
 class SFTTrainer(TrainerBase):
     """Fine-tunes the run's model on the bundle's demonstrations and saves a Hugging Face folder."""
 
-    def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
+    def __init__(self, *, plan: Any, tracker: Any) -> None:
+        cfg = plan.cfg
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
         t = cfg.trainer
         self.output_dir = Path(t.output_dir) if t.get("output_dir") else \

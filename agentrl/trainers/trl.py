@@ -102,7 +102,8 @@ class TRLTrainer(TrainerBase):
 
     checkpoint_kind = TRANSFORMERS  # trainer.resume resolves to TRL's own checkpoint-N/ (resume_from_checkpoint)
 
-    def __init__(self, cfg: DictConfig, *, plan: Any, tracker: Any) -> None:
+    def __init__(self, *, plan: Any, tracker: Any) -> None:
+        cfg = plan.cfg
         self.cfg, self.plan, self.tracker = cfg, plan, tracker
         try:
             check_config(cfg)
@@ -122,8 +123,9 @@ class TRLTrainer(TrainerBase):
         return None
 
     @classmethod
-    def dry_run_report(cls, cfg: DictConfig, plan: Any) -> str:
+    def dry_run_report(cls, plan: Any) -> str:
         """The exact GRPOConfig and launch command `fit()` would use."""
+        cfg = plan.cfg
         try:
             check_config(cfg)
         except TRLConfigError as err:

@@ -149,7 +149,7 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
     tracker = MLflowTracker(tracking_uri=f"sqlite:///{home / 'mlflow.db'}", experiment="benchmark-learning",
                             output_root=home)
     tracker.start(cfg2, choices={}, run_dir=plan2.run_dir)
-    trainer = GRPOTrainer(cfg2, plan=plan2, tracker=tracker)
+    trainer = GRPOTrainer(plan=plan2, tracker=tracker)
     t0 = time.monotonic()
     try:
         trainer.fit()

@@ -127,7 +127,7 @@ def train(cfg: Any, plan: Any, *, token_budget: float | None = None, seconds_bud
     from agentrl.trainers.grpo import GRPOTrainer
 
     tracker = Memory()
-    trainer = GRPOTrainer(cfg, plan=plan, tracker=tracker)
+    trainer = GRPOTrainer(plan=plan, tracker=tracker)
     t0 = time.monotonic()
     if token_budget is None and seconds_budget is None:
         trainer.fit()

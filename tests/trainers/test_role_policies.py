@@ -81,7 +81,7 @@ def trainer(models: tuple[str, str], tmp_path: Path, *extra: str) -> GRPOTrainer
         cfg = compose("config", overrides=overrides)
     GlobalHydra.instance().clear()
     plan = build_plan(cfg, choices={"env": "arith", "agent": "thinker_verifier"}, run_dir=tmp_path / "run")
-    return GRPOTrainer(cfg, plan=plan, tracker=_Tracker())
+    return GRPOTrainer(plan=plan, tracker=_Tracker())
 
 
 def play_with_signal(t: GRPOTrainer) -> list[Rollout]:

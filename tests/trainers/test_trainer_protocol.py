@@ -107,7 +107,7 @@ def grpo(model: str, tmp_path: Path, *extra: str) -> GRPOTrainer:
                       "trainer.lr=1e-2", f"trainer.checkpoint_path={tmp_path / 'ckpt'}",
                       f"paths.output_root={tmp_path / 'out'}", *extra)
     plan = build_plan(cfg, choices={"env": "arith", "agent": "tool_calling"}, run_dir=tmp_path / "run")
-    return GRPOTrainer(cfg, plan=plan, tracker=_Tracker())
+    return GRPOTrainer(plan=plan, tracker=_Tracker())
 
 
 def sampled_versions(stats: StepStats) -> list[int]:
