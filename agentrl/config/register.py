@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from agentrl.config import agent, env, inference, logger, model, paths, reward, sandbox, trainer
+from agentrl.config import agent, env, env_mix, inference, logger, model, paths, reward, sandbox, trainer
 from agentrl.config.locate import project_root, recipe_dirs
 from agentrl.config.schema import RunConfig
 from agentrl.config.validate import install_compose_check
@@ -16,7 +16,7 @@ from agentrl.config.validate import install_compose_check
 SCHEMAS: dict[str, dict[str, type]] = {
     "env": {"gridsim": env.GridSimEnvConfig, "arith": env.ArithEnvConfig, "custom": env.EnvConfig,
             "openenv": env.OpenEnvEnvConfig, "reasoning_gym": env.ReasoningGymEnvConfig,
-            "textarena": env.TextArenaEnvConfig},
+            "textarena": env.TextArenaEnvConfig, "mix": env_mix.MixEnvConfig},
     "agent": {
         "tool_calling": agent.ToolCallingAgentConfig,
         "co_evolution": agent.CoEvolutionAgentConfig,

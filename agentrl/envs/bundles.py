@@ -39,6 +39,7 @@ SHIPPED_DIR = Path(__file__).resolve().parent.parent / "bundles"
 # taking the options (and train_split, eval_split) as keywords. `load_bundle(name, ...)` builds them, so their
 # `spec()` rebuilds them anywhere, as a folder's does.
 GENERATED: dict[str, str] = {
+    "mix": "agentrl.envs.mix:make_bundle",
     "openenv": "agentrl.envs.openenv_remote:make_bundle",
     "reasoning_gym": "agentrl.envs.reasoning_gym:make_bundle",
     "textarena": "agentrl.envs.textarena:make_bundle",

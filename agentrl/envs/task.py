@@ -97,6 +97,9 @@ class Bundle(ABC):
     # its values are averaged under, `{}` standing for the value. GridSim: {"duration_h": "reward_{}h"} gives
     # eval/reward_1h, eval/reward_2h, eval/reward_4h. Empty: the mean only.
     eval_breakdown: dict[str, str] = {}
+    # The same for the train reward (`train/<name>`, each rollout's trained reward): env=mix breaks it down by the
+    # group a row came from, {"bundle": "reward/{}"} -> train/reward/<group>. Empty: the mean only.
+    train_breakdown: dict[str, str] = {}
 
     @abstractmethod
     def splits(self) -> dict[str, int]:

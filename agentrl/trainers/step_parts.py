@@ -8,13 +8,14 @@ a step is full, `rollout_metrics` and `weight_lag` are the step's rollout metric
 from __future__ import annotations
 
 import random
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentrl.agents.base import multi_agent_metrics
 from agentrl.agents.record import Rollout
+from agentrl.rewards import rubric_metrics
 from agentrl.trainers.policies import MAIN
 
 
@@ -68,14 +69,33 @@ def checkpoint_root(settings: Any, run_id: str | None) -> Path:
     return Path(settings.paths.checkpoint_dir) / settings.task_name / (run_id or "no-run")
 
 
-def rollout_metrics(seen: list[Rollout]) -> dict[str, float]:
-    """A step's rollout metrics: train reward, flagged shares by failure, invalid calls, model tokens."""
+def breakdown_means(rollouts: Sequence[Rollout], prefix: str, breakdown: Mapping[str, str] | None,
+                    value: Callable[[Rollout], float]) -> dict[str, float]:
+    """`<prefix>/<name>`: the mean `value` of the rollouts by each task fact in `breakdown` (fact -> metric name,
+    `{}` standing for the fact's value: `Bundle.eval_breakdown` / `train_breakdown`); rows without it are left out."""
+    out: dict[str, float] = {}
+    for fact, name in (breakdown or {}).items():
+        by_value: dict[Any, list[float]] = defaultdict(list)
+        for r in rollouts:
+            found = ((r.row or {}).get("metadata", {}).get("task") or {}).get(fact)
+            if found is not None:
+                by_value[found].append(value(r))
+        for found, values in sorted(by_value.items()):
+            out[f"{prefix}/{name.format(found)}"] = sum(values) / len(values)
+    return out
+
+
+def rollout_metrics(seen: list[Rollout], breakdown: Mapping[str, str] | None = None) -> dict[str, float]:
+    """A step's rollout metrics: train reward (also by the bundle's `train_breakdown`, e.g. env=mix's
+    train/reward/<group>), flagged shares by failure, invalid calls, model tokens."""
     n = max(len(seen), 1)
     flagged = Counter(r.failure.value for r in seen if r.failure is not None)
     metrics = {"train/reward": sum(r.reward for r in seen) / n, "rollout/flagged": sum(flagged.values()) / n,
                "rollout/invalid_tool_calls": sum(r.invalid_calls for r in seen) / n,
                "rollout/model_tokens": float(sum(r.model_tokens for r in seen))}
     metrics.update({f"rollout/flagged/{k}": v / n for k, v in flagged.items()})
+    metrics.update(breakdown_means(seen, "train", breakdown, lambda r: r.reward))
+    metrics.update(rubric_metrics(seen, "train"))  # reward=rubric: each part's mean (train/rubric/<part>)
     if any(r.role != "agent" for r in seen):
         metrics.update(multi_agent_metrics(seen))
     return metrics

@@ -21,6 +21,8 @@ class StepBatch:
     row_cursor: int  # the row stream's cursor after this step's draws: a checkpoint of this step resumes there
     played_from: int | None  # the engine's weight version when the play began (None: the engine has none)
     generate_s: float  # the play's own wall seconds (hidden behind the previous update when played ahead)
+    # The bundle's `train_breakdown` (task fact -> metric name): env=mix's train/reward/<group>.
+    breakdown: dict[str, str] = field(default_factory=dict)
 
     @property
     def trained(self) -> list[Rollout]:
@@ -29,7 +31,7 @@ class StepBatch:
 
     def metrics(self) -> dict[str, float]:
         """`train/reward`, `rollout/*` and `time/generate_s` of the plays."""
-        metrics = rollout_metrics(self.played)
+        metrics = rollout_metrics(self.played, self.breakdown)
         metrics.update(drop_metrics(self.dropped, drawn=self.rows_drawn, kept=len(self.kept)))
         metrics["time/generate_s"] = self.generate_s
         return metrics
