@@ -194,7 +194,8 @@ class GRPOTrainer(TrainerBase):
         if svc.runner.breaker is not None:  # the console hears of a step that mostly failed
             svc.runner.breaker.step_done(step, played)
         return StepBatch(step, kept, played, dropped, drawn, row_cursor=self.rows.cursor, played_from=version,
-                         generate_s=time.monotonic() - began)
+                         generate_s=time.monotonic() - began,
+                         breakdown=dict(getattr(self.plan.bundle, "train_breakdown", {})))
 
     def _filter(self, group: list[Rollout]) -> str | None:
         """The group filter, and the failure streak that stops a run whose rollouts all fail."""

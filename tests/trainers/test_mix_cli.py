@@ -1,0 +1,53 @@
+"""`env=mix` through the real CLI: a GRPO run on GridSim and reasoning-gym at once (a short warm start on each
+bundle's teacher, two steps) logs finite per-bundle train and eval metrics to MLflow."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrl.testing.mlflow_store import seed_store
+from agentrl.testing.tiny_models import seed_tiny_model
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["trainer.prompts_per_step=4", "trainer.samples_per_prompt=2", "trainer.eval_limit=4",
+        "trainer.eval_every=1", "trainer.warm_start.steps=2", "trainer.warm_start.batch_samples=2",
+        "agent.max_response_tokens=24", "trainer.max_extra_rows=0", "model.hidden_size=32", "model.num_layers=1",
+        "model.num_heads=2", "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024"]
+MIX = ["env=mix", "env.bundles={gridsim:0.5,rg:{env:reasoning_gym,weight:0.5,level:0,train_size:16,eval_size:4}}",
+       "env.train_size=32", "env.seed=3"]
+
+
+@pytest.mark.slow
+def test_two_mixed_steps_log_finite_per_bundle_metrics(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    args = [*MIX, *TINY, "trainer.steps=2"]
+    seed_tiny_model(args, home / "outputs" / "models")
+    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-4000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    [run] = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    metrics = run.data.metrics
+    for key in ("train/reward", "eval/reward", "eval_greedy/reward", "warm_start/eval/reward"):
+        assert math.isfinite(metrics[key]), key
+    for group in ("gridsim", "rg"):  # eval_limit=4 takes two eval tasks of each, in turn
+        for key in (f"eval/reward/{group}", f"eval_greedy/reward/{group}", f"warm_start/eval/reward/{group}"):
+            assert key in metrics and math.isfinite(metrics[key]), f"{key} missing; logged: {sorted(metrics)}"
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, f"eval/reward/{group}")]
+        assert {1, 2} <= set(steps), steps
+    # The two steps' 8 rows, drawn from a 32-row split of 16 + 16 (seeded), hold rows of both groups; a step
+    # without a group's row logs no mean for it.
+    train = {g: client.get_metric_history(run.info.run_id, f"train/reward/{g}") for g in ("gridsim", "rg")}
+    assert train["gridsim"] and train["rg"], f"logged: {sorted(metrics)}"
+    assert all(math.isfinite(m.value) for history in train.values() for m in history)
+    assert "eval/reward_1h" in metrics or "eval/reward_2h" in metrics or "eval/reward_4h" in metrics
