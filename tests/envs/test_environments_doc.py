@@ -43,16 +43,16 @@ def wait_for(port: str, proc: subprocess.Popen, deadline_s: float = 300) -> None
     raise AssertionError(f"nothing answered on port {port}")
 
 
-def test_the_doc_has_the_four_routes_and_the_rows():
+def test_the_doc_has_the_four_routes_the_rows_and_the_mix():
     commands = [" ".join(b) for b in blocks()]
-    assert len(commands) == 5
+    assert len(commands) == 6
     for i, needle in enumerate(("agentrl env=openenv", "agentrl.rows", "env=reasoning_gym", "env=textarena",
-                                "agentrl.envs new")):
+                                "agentrl.envs new", "env=mix")):
         assert needle in commands[i], needle
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("index", range(5))
+@pytest.mark.parametrize("index", range(6))
 def test_each_example_runs(index: int, tmp_path: Path):
     ports = {p: free_port() for p in PORTS}
     env = {**os.environ, "AGENTRL_HOME": str(tmp_path / "home"),
