@@ -201,3 +201,27 @@ def test_a_mix_and_its_teachers_pass_the_plan(tmp_path: Path):
     with pytest.raises(PlanError, match="trainer.warm_start.teacher=oracle: bundle mix offers the teachers each, "
                                         "optimal, greedy, label"):
         build_plan(bad, choices={"env": "mix"}, run_dir=tmp_path / "run")
+
+
+async def test_a_remote_bundle_joins_the_mix_through_its_url():
+    from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
+
+    from agentrl.envs.openenv_remote.example import GuessEnv
+    from agentrl.testing import tool_call
+
+    remote = create_app(GuessEnv, CallToolAction, CallToolObservation, max_concurrent_envs=4)
+    with serve_in_background(remote) as guess_url:
+        mixed = load_bundle("mix", bundles={"gridsim": 0.5, "guess": {"env": "openenv", "weight": 0.5, "url": guess_url,
+                                                                      "train_size": 4, "eval_size": 2}}, train_size=8)
+        assert Counter(group_of(mixed, "train", i) for i in range(8)) == {"gridsim": 4, "guess": 4}
+        assert [group_of(mixed, "eval", i) for i in range(4)] == ["gridsim", "guess", "gridsim", "guess"]
+        # The guess group's eval task 0 resets the remote env with seed 4 (train seeds 0..3): the number is 5.
+        chat = ScriptedChat([Reply(tool_calls=[tool_call("guess", {"number": n})]) for n in (3, 7, 5)])
+        with serve_in_background(build_app(mixed, max_concurrent_envs=4, tool_timeout=20)) as env_url, \
+                chat.serve() as chat_url:
+            sid = httpx.post(f"{chat_url}/sessions", trust_env=False).json()["session_id"]
+            out = await run(f"{chat_url}/sessions/{sid}", None, {"max_tokens": 64},
+                            {"url": env_url, "split": "eval", "index": 1, "max_turns": 8})
+    assert out["reward"] == 1.0 and out["agentenv_scores"] == {"reward": 1.0}
+    assert mixed.task_info("eval", 1).task_id.startswith("guess/")
