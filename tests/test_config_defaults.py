@@ -190,8 +190,6 @@ def test_the_env_servers_deadlines_are_stated_once():
 # `.get(key, literal)` on a config node for a key the schema types, left in modules other helpers are converting
 # to the typed plan.settings (issue 28): remove an entry with the fix.
 FALLBACKS_LEFT = {
-    "trainers/miles_args.py": "TODO(#28, plan part)",
-    "trainers/trl_args.py": "TODO(#28, step part)",
     "tracking/hydra_callback.py": "TODO(#28, plan part)",
 }
 # Protocol dicts whose keys happen to share a schema field's name (a row's metadata, a request's body).

@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
+from agentrl.config.env import EnvServerConfig
+from agentrl.config.schema import RunConfig
+from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.trainers.miles_args import (
     LaunchContext,
     MilesConfigError,
@@ -29,6 +30,7 @@ from agentrl.trainers.miles_args import (
     check_config,
     fixed_chat_template,
     megatron_model_args,
+    miles_settings,
     rollout_gpus,
 )
 from agentrl.trainers.protocol import TrainerBase
@@ -63,14 +65,14 @@ def require_miles() -> None:
             "`pip install -e '.[miles]'` plus Miles' CUDA stack; see docs/miles.md")
 
 
-def require_gpus(cfg: DictConfig) -> None:
+def require_gpus(settings: RunConfig) -> None:
     """Enough GPUs here, or a Ray cluster named by RAY_ADDRESS (the launcher checks its GPUs)."""
     if os.environ.get("RAY_ADDRESS"):
         return
-    t = cfg.trainer
+    t = miles_settings(settings)
     if t.num_nodes > 1:
         raise MilesUnavailable(f"trainer.num_nodes={t.num_nodes} needs a Ray cluster: set RAY_ADDRESS")
-    needed = t.gpus_per_node + (0 if t.colocate else rollout_gpus(cfg))
+    needed = t.gpus_per_node + (0 if t.colocate else rollout_gpus(settings))
     try:
         import torch
 
@@ -80,7 +82,7 @@ def require_gpus(cfg: DictConfig) -> None:
     if have < needed:
         raise MilesUnavailable(
             f"trainer=miles needs {needed} GPU(s) on this machine (gpus_per_node={t.gpus_per_node}"
-            f"{'' if t.colocate else f' + rollout {rollout_gpus(cfg)}'}) and found {have}; "
+            f"{'' if t.colocate else f' + rollout {rollout_gpus(settings)}'}) and found {have}; "
             "set RAY_ADDRESS to use a Ray cluster, or use trainer=grpo on a CPU")
 
 
@@ -92,16 +94,16 @@ def _advertised(host: str) -> str:
 
 
 class MilesTrainer(TrainerBase):
-    """Runs one Miles training job for the composed config; `fit()` returns the run's final metrics."""
+    """Runs one Miles training job for the plan's typed settings; `fit()` returns the run's final metrics."""
 
     resumes_itself = True  # trainer.resume=latest becomes Miles' --load of its save folder
     checks_model_itself = True  # model.path lives on Miles' machines: the plan leaves it to preflight()
 
     def __init__(self, *, plan: Any, tracker: Any) -> None:
-        cfg = plan.cfg
-        self.cfg, self.plan, self.tracker = cfg, plan, tracker
+        self.plan, self.tracker = plan, tracker
+        self.settings: RunConfig = plan.settings
         try:
-            check_config(cfg)
+            check_config(self.settings)
         except MilesConfigError as err:
             raise SystemExit(f"agentrl: {err}") from None
 
@@ -112,28 +114,30 @@ class MilesTrainer(TrainerBase):
         """The exact launcher command and environment `fit()` would use (rows paths as they would be)."""
         from agentrl.tracking.uri import resolve_tracking_uri
 
-        cfg = plan.cfg
+        run = plan.settings
         try:
-            check_config(cfg)
+            check_config(run)
             run_dir = Path(plan.run_dir)
             ctx = LaunchContext(
-                rows={s: run_dir / "rows" / f"{s}.jsonl" for s in (cfg.env.train_split, cfg.env.eval_split)},
-                save_dir=cls.save_dir(cfg, run_dir),
-                tracking_uri=resolve_tracking_uri(cfg.logger.get("tracking_uri"), cfg.paths.output_root),
-                experiment=cfg.logger.experiment, run_id="<mlflow-run-id>",
-                env_token_var=cls.token_var(cfg), env_token="<token>", pythonpath=_pythonpath(), dry_run=True)
+                rows={s: run_dir / "rows" / f"{s}.jsonl" for s in (run.env.train_split, run.env.eval_split)},
+                save_dir=cls.save_dir(run.trainer, run_dir),
+                tracking_uri=resolve_tracking_uri(run.logger.tracking_uri, run.paths.output_root),
+                experiment=run.logger.experiment, run_id="<mlflow-run-id>",
+                env_token_var=cls.token_var(run.env.server), env_token="<token>", pythonpath=_pythonpath(),
+                dry_run=True)
             notes: list[str] = []
-            model_args = cls.model_args(cfg, notes)
-            launch = build_launch(cfg, ctx, model_args=model_args)
+            model_args = cls.model_args(run, notes)
+            launch = build_launch(run, ctx, model_args=model_args)
         except MilesConfigError as err:
             raise SystemExit(f"agentrl: {err}") from None
-        env_note = cfg.env.server.url or f"started for this run on {cfg.env.server.host} (its URL goes in the rows)"
+        server = run.env.server
+        env_note = server.url or f"started for this run on {server.host} (its URL goes in the rows)"
         lines = [f"miles: env server {env_note}; rows written to {run_dir / 'rows'}", *notes, launch.report()]
-        lines += [f"warning: before the real run, {w}" for w in cls.missing_for_real_run(cfg)]
+        lines += [f"warning: before the real run, {w}" for w in cls.missing_for_real_run(run.trainer)]
         return "\n".join(lines)
 
     @staticmethod
-    def missing_for_real_run(cfg: DictConfig) -> list[str]:
+    def missing_for_real_run(trainer: MilesTrainerConfig) -> list[str]:
         """What a dry run could do without but `fit()` needs installed (Miles, its template package)."""
         missing = []
         try:
@@ -141,32 +145,32 @@ class MilesTrainer(TrainerBase):
         except MilesUnavailable as err:
             missing.append(str(err).removeprefix("trainer=miles needs Miles: "))
         try:
-            cfg.trainer.get("chat_template_path") or fixed_chat_template(cfg.trainer.tito_model)
+            trainer.chat_template_path or fixed_chat_template(trainer.tito_model)
         except MilesConfigError as err:
             missing.append(str(err))
         return missing
 
     @staticmethod
-    def save_dir(cfg: DictConfig, run_dir: Path) -> Path:
-        return Path(cfg.trainer.save_dir) if cfg.trainer.get("save_dir") else Path(run_dir) / "checkpoints"
+    def save_dir(trainer: MilesTrainerConfig, run_dir: Path) -> Path:
+        """Miles' --save (and --load) folder: trainer.save_dir, else the run's checkpoints folder."""
+        return Path(trainer.save_dir) if trainer.save_dir else Path(run_dir) / "checkpoints"
 
     @staticmethod
-    def token_var(cfg: DictConfig) -> str | None:
+    def token_var(server: EnvServerConfig) -> str | None:
         """The env server's token variable; a server reachable beyond loopback always gets one."""
-        server = cfg.env.server
-        if server.get("token_var"):
+        if server.token_var:
             return server.token_var
-        if not server.get("url") and server.host not in _LOOPBACK:
+        if not server.url and server.host not in _LOOPBACK:
             return DEFAULT_TOKEN_VAR
         return None
 
     @staticmethod
-    def model_args(cfg: DictConfig, notes: list[str] | None = None) -> list[str] | None:
+    def model_args(settings: RunConfig, notes: list[str] | None = None) -> list[str] | None:
         """Megatron's architecture flags from model.path/config.json (None for FSDP)."""
-        if cfg.trainer.train_backend != "megatron":
+        if miles_settings(settings).train_backend != "megatron":
             return None
         try:
-            return megatron_model_args(cfg.model.path)
+            return megatron_model_args(settings.model.path)
         except MilesConfigError as err:
             if notes is None:
                 raise
@@ -178,18 +182,18 @@ class MilesTrainer(TrainerBase):
     def preflight(self) -> list[str]:
         """Every check before anything starts; returns Megatron's model flags."""
         require_miles()
-        require_gpus(self.cfg)
-        t = self.cfg.trainer
-        if not Path(self.cfg.model.path).is_dir():
-            raise MilesUnavailable(f"model.path {self.cfg.model.path} is not a folder on this machine")
+        require_gpus(self.settings)
+        t, model_path = self.settings.trainer, self.settings.model.path
+        if not Path(model_path).is_dir():
+            raise MilesUnavailable(f"model.path {model_path} is not a folder on this machine")
         if t.ref_checkpoint and not Path(t.ref_checkpoint).exists():
             raise MilesConfigError(f"trainer.ref_checkpoint {t.ref_checkpoint} does not exist")
-        return self.model_args(self.cfg) or []
+        return self.model_args(self.settings) or []
 
     def _start_env_server(self) -> tuple[str, Any, str | None, str | None]:
         """(url, stop or None, token variable, token) for the env server the rows will name."""
-        server = self.plan.settings.env.server
-        var = self.token_var(self.cfg)
+        server = self.settings.env.server
+        var = self.token_var(server)
         token = os.environ.get(var) if var else None
         if server.url:
             if var and not token:
@@ -202,7 +206,7 @@ class MilesTrainer(TrainerBase):
             os.environ[var] = token
         # The reward group's weighting is applied by the env server: Miles' agent call carries no reward_fn.
         app = build_app(self.plan.bundle, max_concurrent_envs=server.max_concurrent_envs, token=token,
-                        reward=self.plan.reward, sandbox=dataclasses.asdict(self.plan.settings.sandbox),
+                        reward=self.plan.reward, sandbox=dataclasses.asdict(self.settings.sandbox),
                         tool_timeout=server.tool_timeout, reset_timeout=server.reset_timeout)
         url, stop = start_server_in_thread(app, server.host, server.port)
         host = _advertised(server.host)
@@ -220,15 +224,15 @@ class MilesTrainer(TrainerBase):
         run_dir = Path(self.plan.run_dir)
         url, stop, var, token = self._start_env_server()
         try:
-            run = self.plan.settings
+            run = self.settings
             rows = write_rows(url, run_dir / "rows", max_turns=run.agent.max_turns,
                               tool_timeout=run.env.server.tool_timeout, reset_timeout=run.env.server.reset_timeout,
                               token_var=var)
-            ctx = LaunchContext(rows=rows, save_dir=self.save_dir(self.cfg, run_dir),
+            ctx = LaunchContext(rows=rows, save_dir=self.save_dir(run.trainer, run_dir),
                                 tracking_uri=self.tracker.tracking_uri, experiment=self.tracker.experiment,
                                 run_id=self.tracker.run_id, env_token_var=var, env_token=token,
                                 pythonpath=_pythonpath())
-            launch = build_launch(self.cfg, ctx, model_args=model_args)
+            launch = build_launch(run, ctx, model_args=model_args)
             (run_dir / "miles_command.txt").write_text(launch.report() + "\n")
             self.run_launcher(launch, run_dir / "miles.log")
         finally:

@@ -1,4 +1,4 @@
-"""The Hydra config of a `trainer=miles` run as Miles' command line and environment.
+"""A `trainer=miles` run's typed settings (`Plan.settings`) as Miles' command line and environment.
 
 Pure functions: nothing here imports Miles, starts a process or touches a GPU, so a dry run prints
 exactly what `fit()` would launch, on any machine.
@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from agentrl.config.trainer import miles_algorithm_problem
+from agentrl.config.inference import SGLangInferenceConfig, VLLMInferenceConfig
+from agentrl.config.schema import RunConfig
+from agentrl.config.trainer import MilesTrainerConfig, miles_algorithm_problem
 from agentrl.trainers.miles_hooks import AGENT_FUNCTION_ENV, DROP_NO_SIGNAL_ENV, MAX_DROPS_ENV
 from agentrl.trainers.resume import resume_mode
 
@@ -104,28 +106,46 @@ class MilesLaunch:
         return "\n".join(lines)
 
 
-def tool_call_parser(cfg: Any) -> str:
+def sglang_settings(settings: RunConfig) -> SGLangInferenceConfig | None:
+    """The `inference` group when it is SGLang's (inference=sglang), else None: Miles launches SGLang itself and
+    takes its parsers, GPUs, external engines and memory share from there; another engine's settings mean nothing
+    to it."""
+    inference = settings.inference
+    return inference if isinstance(inference, SGLangInferenceConfig) else None
+
+
+def miles_settings(settings: RunConfig) -> MilesTrainerConfig:
+    """`settings.trainer`, which must be trainer=miles' typed schema (the plan's `settings`, not a DictConfig)."""
+    if not isinstance(settings.trainer, MilesTrainerConfig):
+        raise TypeError(f"trainer=miles reads the plan's typed settings (trainer a MilesTrainerConfig), got "
+                        f"trainer as {type(settings.trainer).__name__}: pass plan.settings")
+    return settings.trainer
+
+
+def tool_call_parser(settings: RunConfig) -> str:
     """trainer.tool_call_parser, else inference.tool_call_parser; both set and different is an error."""
-    mine, engine = cfg.trainer.get("tool_call_parser"), cfg.inference.get("tool_call_parser")
+    sglang = sglang_settings(settings)
+    mine, engine = miles_settings(settings).tool_call_parser, sglang.tool_call_parser if sglang else None
     if mine and engine and mine != engine:
         raise MilesConfigError(
             f"trainer.tool_call_parser={mine!r} but inference.tool_call_parser={engine!r}: set one of them")
     parser = mine or engine
     if not parser:
-        raise MilesConfigError("no tool-call parser: set inference.tool_call_parser (qwen25 for Qwen3)")
+        where = "inference.tool_call_parser" if sglang else "trainer.tool_call_parser (or choose inference=sglang)"
+        raise MilesConfigError(f"no tool-call parser: set {where} (qwen25 for Qwen3)")
     return parser
 
 
-def check_config(cfg: Any) -> None:
+def check_config(settings: RunConfig) -> None:
     """Every check that needs no GPU and no Miles: batch sizes, KL, placement, backend, algorithm keys."""
-    t = cfg.trainer
+    t = miles_settings(settings)
     if problem := miles_algorithm_problem(t):  # also the schema's own check, so it fails when the plan is built
         raise MilesConfigError(problem)
     for key in ("prompts_per_step", "samples_per_prompt", "global_batch_size", "steps", "gpus_per_node",
                 "num_nodes", "rollout_gpus_per_engine", "tensor_parallel", "max_response_tokens",
                 "max_drops_in_a_row"):
-        if t[key] < 1:  # typed ints (the schema's)
-            raise MilesConfigError(f"trainer.{key} must be >= 1, got {t[key]}")
+        if getattr(t, key) < 1:
+            raise MilesConfigError(f"trainer.{key} must be >= 1, got {getattr(t, key)}")
     if t.prompts_per_step * t.samples_per_prompt != t.global_batch_size:
         raise MilesConfigError(
             f"trainer.global_batch_size={t.global_batch_size} must equal prompts_per_step x samples_per_prompt "
@@ -140,7 +160,7 @@ def check_config(cfg: Any) -> None:
         raise MilesConfigError(
             f"trainer.global_batch_size={t.global_batch_size} does not divide over {dp} data-parallel ranks "
             f"({train_gpus} GPUs / tensor_parallel {t.tensor_parallel})")
-    rollout = rollout_gpus(cfg)
+    rollout = rollout_gpus(settings)
     if rollout % t.rollout_gpus_per_engine:
         raise MilesConfigError(
             f"trainer.rollout_gpus_per_engine={t.rollout_gpus_per_engine} does not divide the {rollout} "
@@ -172,18 +192,22 @@ def check_config(cfg: Any) -> None:
         raise MilesConfigError(f"trainer.megatron_to_hf_mode must be bridge or raw, got {t.megatron_to_hf_mode!r}")
     if t.steps and t.eval_every < 0:
         raise MilesConfigError(f"trainer.eval_every must be >= 0, got {t.eval_every}")
-    tool_call_parser(cfg)
+    if isinstance(settings.inference, VLLMInferenceConfig) and settings.inference.urls:
+        # vLLM servers are not SGLang engines Miles could drive (--rollout-external).
+        raise MilesConfigError("inference.urls names vLLM servers (inference=vllm); trainer=miles drives SGLang "
+                               "engines only: choose inference=sglang with inference.urls=[...] (or drop the urls)")
+    tool_call_parser(settings)
 
 
-def rollout_gpus(cfg: Any) -> int:
+def rollout_gpus(settings: RunConfig) -> int:
     """GPUs SGLang gets: all the training GPUs when colocated, else trainer.rollout_gpus or inference.num_gpus."""
-    t = cfg.trainer
+    t, sglang = miles_settings(settings), sglang_settings(settings)
     if t.colocate:
         return t.num_nodes * t.gpus_per_node
-    n = t.get("rollout_gpus") or cfg.inference.get("num_gpus") or 0
-    if int(n) < 1:
+    n = t.rollout_gpus or (sglang.num_gpus if sglang else 0)
+    if n < 1:
         raise MilesConfigError("trainer.colocate=false needs trainer.rollout_gpus (or inference.num_gpus) >= 1")
-    return int(n)
+    return n
 
 
 def fixed_chat_template(tito_model: str, *, missing_ok: bool = False) -> str | None:
@@ -251,11 +275,11 @@ def _host_port(url: str) -> str:
     return f"{parsed.hostname}:{parsed.port}"
 
 
-def build_argv(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) -> list[str]:
+def build_argv(settings: RunConfig, ctx: LaunchContext, *, model_args: list[str] | None) -> list[str]:
     """Miles' arguments for this run (what its train.py would get)."""
-    check_config(cfg)
-    t, inf = cfg.trainer, cfg.inference
-    train_split, eval_split = cfg.env.train_split, cfg.env.eval_split
+    check_config(settings)
+    t, sglang = miles_settings(settings), sglang_settings(settings)
+    train_split, eval_split = settings.env.train_split, settings.env.eval_split
     for split in (train_split, eval_split):
         if split not in ctx.rows:
             raise MilesConfigError(f"no rows for split {split!r}; the rows writer wrote {sorted(ctx.rows)}")
@@ -268,11 +292,11 @@ def build_argv(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) ->
     # Placement.
     a += ["--actor-num-nodes", str(t.num_nodes), "--actor-num-gpus-per-node", str(t.gpus_per_node),
           "--num-gpus-per-node", str(t.gpus_per_node), "--rollout-num-gpus-per-engine", str(t.rollout_gpus_per_engine)]
-    a += ["--colocate"] if t.colocate else ["--rollout-num-gpus", str(rollout_gpus(cfg))]
-    if inf.get("urls"):
-        a += ["--rollout-external", "--rollout-external-engine-addrs", *(_host_port(u) for u in inf.urls)]
+    a += ["--colocate"] if t.colocate else ["--rollout-num-gpus", str(rollout_gpus(settings))]
+    if sglang and sglang.urls:
+        a += ["--rollout-external", "--rollout-external-engine-addrs", *(_host_port(u) for u in sglang.urls)]
     # Model and checkpoints.
-    a += ["--hf-checkpoint", str(cfg.model.path), "--save", str(ctx.save_dir)]
+    a += ["--hf-checkpoint", str(settings.model.path), "--save", str(ctx.save_dir)]
     if t.checkpoint_every > 0:
         a += ["--save-interval", str(t.checkpoint_every)]
     if resume_mode(t.resume):  # latest only (the plan refuses a run id or a folder)
@@ -281,7 +305,7 @@ def build_argv(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) ->
         a += ["--ref-load", str(t.ref_checkpoint)]
     # Data: the rows writer's chat rows, prompts kept as message lists (no --apply-chat-template).
     a += ["--prompt-data", str(ctx.rows[train_split]), "--input-key", "messages", "--metadata-key", "metadata",
-          "--rollout-shuffle", "--rollout-seed", str(cfg.seed), "--seed", str(cfg.seed)]
+          "--rollout-shuffle", "--rollout-seed", str(settings.seed), "--seed", str(settings.seed)]
     eval_path = str(ctx.rows[eval_split]) + (f"@[0:{t.eval_limit}]" if t.eval_limit else "")
     a += ["--eval-prompt-data", EVAL_DATASET_NAME, eval_path,
           "--n-samples-per-eval-prompt", str(t.eval_samples_per_prompt),
@@ -301,9 +325,10 @@ def build_argv(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) ->
     if t.max_seq_len:
         a += ["--max-seq-len", str(t.max_seq_len)]
     # SGLang.
-    a += ["--sglang-tool-call-parser", tool_call_parser(cfg),
-          "--sglang-mem-fraction-static", str(inf.get("mem_fraction_static", 0.7))]
-    reasoning = t.get("reasoning_parser") or inf.get("reasoning_parser")
+    # Another engine's group holds no SGLang memory share: SGLang's own schema default then.
+    mem_fraction = sglang.mem_fraction_static if sglang else SGLangInferenceConfig.mem_fraction_static
+    a += ["--sglang-tool-call-parser", tool_call_parser(settings), "--sglang-mem-fraction-static", str(mem_fraction)]
+    reasoning = t.reasoning_parser or (sglang.reasoning_parser if sglang else None)
     if reasoning:
         a += ["--sglang-reasoning-parser", reasoning]
     # GRPO.
@@ -321,7 +346,7 @@ def build_argv(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) ->
     # Metrics into this run's MLflow run (the launcher attaches instead of opening a new one).
     a += ["--use-mlflow", "--mlflow-tracking-uri", ctx.tracking_uri, "--mlflow-experiment-name", ctx.experiment,
           "--mlflow-run-id", ctx.run_id]
-    return a + [str(x) for x in t.extra_args]
+    return a + list(t.extra_args)
 
 
 def build_env(ctx: LaunchContext) -> tuple[dict[str, str], set[str]]:
@@ -337,11 +362,12 @@ def build_env(ctx: LaunchContext) -> tuple[dict[str, str], set[str]]:
     return env, secret
 
 
-def build_launch(cfg: Any, ctx: LaunchContext, *, model_args: list[str] | None) -> MilesLaunch:
+def build_launch(settings: RunConfig, ctx: LaunchContext, *, model_args: list[str] | None) -> MilesLaunch:
     """The whole launch: argv and environment."""
+    t = miles_settings(settings)
     env, secret = build_env(ctx)
     # Read in the Ray workers: by the group filter, and by the agent function wrapper.
-    env[MAX_DROPS_ENV] = str(cfg.trainer.max_drops_in_a_row)
-    env[DROP_NO_SIGNAL_ENV] = "1" if cfg.trainer.drop_no_signal else "0"
-    env[AGENT_FUNCTION_ENV] = str(cfg.trainer.agent_function)
-    return MilesLaunch(build_argv(cfg, ctx, model_args=model_args), env, secret)
+    env[MAX_DROPS_ENV] = str(t.max_drops_in_a_row)
+    env[DROP_NO_SIGNAL_ENV] = "1" if t.drop_no_signal else "0"
+    env[AGENT_FUNCTION_ENV] = t.agent_function
+    return MilesLaunch(build_argv(settings, ctx, model_args=model_args), env, secret)

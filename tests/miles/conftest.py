@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
-from omegaconf import OmegaConf
 
+from agentrl.config.env import GridSimEnvConfig
 from agentrl.config.inference import SGLangInferenceConfig
+from agentrl.config.model import HFModelConfig
+from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.envs.server import serve_in_background
 from agentrl.trainers.miles_args import LaunchContext
@@ -168,15 +170,11 @@ def tool_call(name: str, arguments: dict, call_id: str) -> dict:
 
 # -- trainer=miles configs and launch arguments, for the mapping tests and the rollout tests
 
-def make_cfg(**trainer: Any) -> Any:
-    """A trainer=miles config (Qwen3-4B path, SGLang inference) with `trainer` settings overridden."""
-    return OmegaConf.create({
-        "trainer": OmegaConf.structured(MilesTrainerConfig(**trainer)),
-        "inference": OmegaConf.structured(SGLangInferenceConfig()),
-        "env": {"train_split": "train", "eval_split": "eval", "server": {"url": None, "host": "127.0.0.1",
-                                                                          "token_var": None}},
-        "model": {"path": "/m/Qwen3-4B"}, "seed": 7,
-    })
+def make_settings(**trainer: Any) -> RunConfig:
+    """A trainer=miles run's typed settings (what `Plan.settings` holds: Qwen3-4B path, SGLang inference) with
+    `trainer` settings overridden."""
+    return RunConfig(trainer=MilesTrainerConfig(**trainer), inference=SGLangInferenceConfig(),
+                     env=GridSimEnvConfig(), model=HFModelConfig(path="/m/Qwen3-4B"), seed=7)
 
 
 def ctx(tmp_path: Path, **kw: Any) -> LaunchContext:

@@ -216,11 +216,11 @@ def multi_turn_world(request, tmp_path, tiny_model_path, stand_in_sglang, monkey
 
     from agentrl.trainers.miles_args import build_launch
     from agentrl.trainers.miles_hooks import MAX_DROPS_ENV
-    from tests.miles.conftest import ctx, flags, make_cfg
+    from tests.miles.conftest import ctx, flags, make_settings
 
     monkeypatch.setenv(REFACTOR_ENV, "1")
     monkeypatch.setenv(miles_hooks.DROP_NO_SIGNAL_ENV, "0")  # both samples of a group score the same here
-    launch = build_launch(make_cfg(**getattr(request, "param", {})), ctx(tmp_path / "launch"), model_args=[])
+    launch = build_launch(make_settings(**getattr(request, "param", {})), ctx(tmp_path / "launch"), model_args=[])
     monkeypatch.setenv(MAX_DROPS_ENV, launch.env[MAX_DROPS_ENV])  # as the launcher's Ray workers get it
     f = flags(launch.argv)
     roles = tuple(f["--tito-allowed-append-roles"])

@@ -11,7 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
+from agentrl.config import register_configs
+from agentrl.config.inference import SGLangInferenceConfig, VLLMInferenceConfig
+from agentrl.config.locate import conf_dir
+from agentrl.config.trainer import MilesTrainerConfig
+from agentrl.plan import Plan, build_plan
 from agentrl.trainers.miles import MilesTrainer, MilesUnavailable, project_root, require_gpus, require_miles
 from agentrl.trainers.miles_args import (
     FIXED_TEMPLATES,
@@ -24,7 +32,7 @@ from agentrl.trainers.miles_args import (
 )
 from agentrl.trainers.miles_launcher import worker_env
 from tests.conftest import run_cli
-from tests.miles.conftest import ctx, flags, make_cfg
+from tests.miles.conftest import ctx, flags, make_settings
 
 GOLDEN = Path(__file__).parent / "golden" / "gridsim_miles_dry_run.txt"
 # Qwen3-4B's architecture (config.json fields Megatron's flags come from).
@@ -33,9 +41,9 @@ QWEN3_4B = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 2560,
             "rms_norm_eps": 1e-06, "vocab_size": 151936, "tie_word_embeddings": True}
 
 def test_grpo_agentic_and_tracking_flags(tmp_path):
-    cfg = make_cfg(prompts_per_step=4, samples_per_prompt=8, global_batch_size=32, steps=20, lr=2e-6,
+    run = make_settings(prompts_per_step=4, samples_per_prompt=8, global_batch_size=32, steps=20, lr=2e-6,
                    eval_every=5, eval_limit=50, temperature=0.9, max_seq_len=8192, chat_template_path="/t.jinja")
-    launch = build_launch(cfg, ctx(tmp_path), model_args=["--num-layers", "2"])
+    launch = build_launch(run, ctx(tmp_path), model_args=["--num-layers", "2"])
     f = flags(launch.argv)
     assert f["--rollout-batch-size"] == ["4"] and f["--n-samples-per-prompt"] == ["8"]
     assert f["--global-batch-size"] == ["32"] and f["--num-rollout"] == ["20"] and f["--lr"] == ["2e-06"]
@@ -59,7 +67,7 @@ def test_grpo_agentic_and_tracking_flags(tmp_path):
     assert launch.env["MILES_EXPERIMENTAL_ROLLOUT_REFACTOR"] == "1" and launch.env["MLFLOW_RUN_ID"] == "run123"
     assert launch.command[1:3] == ["-m", "agentrl.trainers.miles_launcher"]
     # The agent, reward hook and filter must be importable by Miles: every path we name resolves here.
-    for path in (cfg.trainer.agent_function, cfg.trainer.reward_hook, cfg.trainer.group_filter):
+    for path in (run.trainer.agent_function, run.trainer.reward_hook, run.trainer.group_filter):
         module, _, name = path.rpartition(".")
         assert callable(getattr(importlib.import_module(module), name))
 
@@ -68,49 +76,49 @@ import importlib  # noqa: E402
 
 def test_batch_sizes_must_match_and_divide():
     with pytest.raises(MilesConfigError, match=r"global_batch_size=30 must equal .* 4 x 8 = 32"):
-        check_config(make_cfg(global_batch_size=30))
+        check_config(make_settings(global_batch_size=30))
     with pytest.raises(MilesConfigError, match="does not divide over 3 data-parallel ranks"):
-        check_config(make_cfg(prompts_per_step=2, samples_per_prompt=4, global_batch_size=8, gpus_per_node=3))
+        check_config(make_settings(prompts_per_step=2, samples_per_prompt=4, global_batch_size=8, gpus_per_node=3))
     with pytest.raises(MilesConfigError, match="tensor_parallel=3 does not divide the 8 training GPUs"):
-        check_config(make_cfg(tensor_parallel=3))
+        check_config(make_settings(tensor_parallel=3))
     with pytest.raises(MilesConfigError, match="rollout_gpus_per_engine=3 does not divide the 8 rollout GPUs"):
-        check_config(make_cfg(rollout_gpus_per_engine=3))
+        check_config(make_settings(rollout_gpus_per_engine=3))
     with pytest.raises(MilesConfigError, match="prompts_per_step must be >= 1"):
-        check_config(make_cfg(prompts_per_step=0))
+        check_config(make_settings(prompts_per_step=0))
 
 def test_kl_needs_a_reference_and_then_uses_it(tmp_path):
     with pytest.raises(MilesConfigError, match="kl_coef=0.01 needs a reference model"):
-        check_config(make_cfg(kl_coef=0.01))
-    f = flags(build_launch(make_cfg(kl_coef=0.01, ref_checkpoint="/ref", chat_template_path="/t"), ctx(tmp_path),
+        check_config(make_settings(kl_coef=0.01))
+    f = flags(build_launch(make_settings(kl_coef=0.01, ref_checkpoint="/ref", chat_template_path="/t"), ctx(tmp_path),
                            model_args=[]).argv)
     assert f["--use-kl-loss"] == [] and f["--kl-loss-coef"] == ["0.01"] and f["--ref-load"] == ["/ref"]
     assert f["--kl-loss-type"] == ["low_var_kl"]
 
 def test_backend_parser_and_placement_refusals(tmp_path):
     with pytest.raises(MilesConfigError, match="fsdp is disabled in miles-rl 0.0.2"):
-        check_config(make_cfg(train_backend="fsdp"))
-    check_config(make_cfg(train_backend="fsdp", extra_args=["--ci-test"]))  # allowed when asked for knowingly
+        check_config(make_settings(train_backend="fsdp"))
+    check_config(make_settings(train_backend="fsdp", extra_args=["--ci-test"]))  # allowed when asked for knowingly
     with pytest.raises(MilesConfigError, match="train_backend must be one of"):
-        check_config(make_cfg(train_backend="deepspeed"))
+        check_config(make_settings(train_backend="deepspeed"))
     with pytest.raises(MilesConfigError, match="trainer.tool_call_parser='glm47' but inference.tool_call_parser"):
-        check_config(make_cfg(tool_call_parser="glm47"))
-    cfg = make_cfg(colocate=False, chat_template_path="/t")
-    cfg.inference.num_gpus = 4
-    cfg.inference.urls = ["http://10.0.0.5:30000", "10.0.0.6:30001"]
-    f = flags(build_launch(cfg, ctx(tmp_path), model_args=[]).argv)
+        check_config(make_settings(tool_call_parser="glm47"))
+    run = make_settings(colocate=False, chat_template_path="/t")
+    run.inference.num_gpus = 4
+    run.inference.urls = ["http://10.0.0.5:30000", "10.0.0.6:30001"]
+    f = flags(build_launch(run, ctx(tmp_path), model_args=[]).argv)
     assert f["--rollout-num-gpus"] == ["4"] and "--colocate" not in f
     assert f["--rollout-external"] == [] and f["--rollout-external-engine-addrs"] == ["10.0.0.5:30000",
                                                                                      "10.0.0.6:30001"]
-    cfg.inference.urls = ["http://nohost"]
+    run.inference.urls = ["http://nohost"]
     with pytest.raises(MilesConfigError, match="needs a host and a port"):
-        build_launch(cfg, ctx(tmp_path), model_args=[])
+        build_launch(run, ctx(tmp_path), model_args=[])
 
 def test_eval_every_zero_means_before_and_after_training(tmp_path):
-    f = flags(build_launch(make_cfg(eval_every=0, steps=12, chat_template_path="/t"), ctx(tmp_path), model_args=[]).argv)
+    f = flags(build_launch(make_settings(eval_every=0, steps=12, chat_template_path="/t"), ctx(tmp_path), model_args=[]).argv)
     assert f["--eval-interval"] == ["12"] and f["--eval-prompt-data"][1] == str(tmp_path / "eval.jsonl")
 
 def test_token_reaches_workers_but_never_the_report(tmp_path):
-    launch = build_launch(make_cfg(chat_template_path="/t"), ctx(tmp_path, env_token_var="MY_TOKEN",
+    launch = build_launch(make_settings(chat_template_path="/t"), ctx(tmp_path, env_token_var="MY_TOKEN",
                                                                 env_token="s3cret"), model_args=[])
     assert launch.env["MY_TOKEN"] == "s3cret" and launch.env["AGENTRL_ENV_TOKEN_VAR"] == "MY_TOKEN"
     assert "s3cret" not in launch.report() and "MY_TOKEN=***" in launch.report()
@@ -159,21 +167,21 @@ def test_fixed_template_table_agrees_with_miles():
 
 
 def test_append_roles_reach_miles_with_the_templates_kwargs(tmp_path):
-    f = flags(build_launch(make_cfg(append_roles=["tool"]), ctx(tmp_path), model_args=[]).argv)
+    f = flags(build_launch(make_settings(append_roles=["tool"]), ctx(tmp_path), model_args=[]).argv)
     assert f["--tito-allowed-append-roles"] == ["tool"] and "--apply-chat-template-kwargs" not in f
-    f = flags(build_launch(make_cfg(append_roles=["user", "tool"]), ctx(tmp_path), model_args=[]).argv)
+    f = flags(build_launch(make_settings(append_roles=["user", "tool"]), ctx(tmp_path), model_args=[]).argv)
     assert f["--tito-allowed-append-roles"] == ["tool", "user"]
     assert json.loads(f["--apply-chat-template-kwargs"][0]) == {"clear_thinking": False}
     # A template of the user's own: its kwargs are the user's business (trainer.extra_args).
-    f = flags(build_launch(make_cfg(chat_template_path="/t"), ctx(tmp_path), model_args=[]).argv)
+    f = flags(build_launch(make_settings(chat_template_path="/t"), ctx(tmp_path), model_args=[]).argv)
     assert f["--chat-template-path"] == ["/t"] and "--apply-chat-template-kwargs" not in f
     with pytest.raises(MilesConfigError, match="tool included"):
-        check_config(make_cfg(append_roles=["user"]))
+        check_config(make_settings(append_roles=["user"]))
     with pytest.raises(MilesConfigError, match="tool included"):
-        check_config(make_cfg(append_roles=["tool", "assistant"]))
+        check_config(make_settings(append_roles=["tool", "assistant"]))
     with pytest.raises(MilesConfigError, match=r"fixed qwen3 template supports only \[\['tool'\], \['tool', 'user'\]\]"):
-        check_config(make_cfg(append_roles=["tool", "system"]))
-    check_config(make_cfg(append_roles=["tool", "system"], chat_template_path="/t"))
+        check_config(make_settings(append_roles=["tool", "system"]))
+    check_config(make_settings(append_roles=["tool", "system"], chat_template_path="/t"))
 
 
 def test_fit_refuses_without_miles_or_gpus(monkeypatch):
@@ -188,11 +196,11 @@ def test_fit_refuses_without_miles_or_gpus(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("this machine has GPUs")
     with pytest.raises(MilesUnavailable, match=r"needs 8 GPU\(s\) on this machine .* and found 0"):
-        require_gpus(make_cfg())
+        require_gpus(make_settings())
     with pytest.raises(MilesUnavailable, match="num_nodes=2 needs a Ray cluster"):
-        require_gpus(make_cfg(num_nodes=2))
+        require_gpus(make_settings(num_nodes=2))
     monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
-    require_gpus(make_cfg(num_nodes=2))  # the launcher checks the cluster's GPUs
+    require_gpus(make_settings(num_nodes=2))  # the launcher checks the cluster's GPUs
 
 def normalize(text: str, home: Path, model: Path) -> str:
     spec = importlib.util.find_spec("miles_tito_tokenizers")
@@ -227,6 +235,42 @@ def test_dry_run_refuses_bad_batch_sizes_before_anything_starts(agentrl_home: Pa
     assert "agentrl: trainer.global_batch_size=30 must equal prompts_per_step x samples_per_prompt" in proc.stderr
     assert "Traceback" not in proc.stderr
 
-def test_trainer_construction_checks_the_config():
+def _miles_plan(tmp_path: Path, *overrides: str) -> Plan:
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            cfg = compose("config", overrides=["+recipe=gridsim_miles", f"paths.output_root={tmp_path}", *overrides])
+    finally:
+        GlobalHydra.instance().clear()
+    return build_plan(cfg, choices={"trainer": "miles"}, run_dir=tmp_path / "run")
+
+
+def test_trainer_construction_checks_the_plans_settings(tmp_path):
     with pytest.raises(SystemExit, match="kl_coef=0.1 needs a reference model"):
-        MilesTrainer(make_cfg(kl_coef=0.1), plan=None, tracker=None)
+        MilesTrainer(plan=_miles_plan(tmp_path, "trainer.kl_coef=0.1"), tracker=None)
+    trainer = MilesTrainer(plan=_miles_plan(tmp_path, "trainer.save_dir=/ckpt"), tracker=None)
+    assert not hasattr(trainer, "cfg")  # the plan's typed settings are all it reads
+    assert isinstance(trainer.settings.trainer, MilesTrainerConfig)
+    assert MilesTrainer.save_dir(trainer.settings.trainer, tmp_path) == Path("/ckpt")
+
+
+def test_the_launch_refuses_an_untyped_config():
+    """A DictConfig would answer the same attribute reads: the launch says to pass plan.settings instead."""
+    with pytest.raises(TypeError, match="pass plan.settings"):
+        check_config(OmegaConf.structured(make_settings()))
+
+
+def test_only_an_sglang_inference_group_feeds_miles_sglang(tmp_path):
+    run = make_settings(chat_template_path="/t")
+    run.inference = VLLMInferenceConfig()  # its knobs mean nothing to the SGLang engines Miles launches
+    with pytest.raises(MilesConfigError, match=r"no tool-call parser: set trainer.tool_call_parser \(or choose "
+                                               r"inference=sglang\)"):
+        check_config(run)
+    run.trainer.tool_call_parser = "qwen25"
+    f = flags(build_launch(run, ctx(tmp_path), model_args=[]).argv)
+    assert f["--sglang-tool-call-parser"] == ["qwen25"]
+    assert f["--sglang-mem-fraction-static"] == [str(SGLangInferenceConfig.mem_fraction_static)]
+    run.inference.urls = ["http://10.0.0.5:8000"]
+    with pytest.raises(MilesConfigError, match=r"inference.urls names vLLM servers .* choose inference=sglang"):
+        check_config(run)

@@ -13,7 +13,7 @@ import torch
 
 from agentrl.agents.record import Rollout
 from agentrl.config.trainer import LOSSES, GRPOTrainerConfig
-from agentrl.plan import PlanError, build_plan
+from agentrl.plan import PlanError, build_plan, typed_settings
 from agentrl.trainers.learner import STEP_METRICS, Algorithm, Learner
 from agentrl.trainers.miles_args import MilesConfigError, check_config
 from tests.trainers.test_grpo_cli import TINY, _cli, _runs
@@ -69,8 +69,12 @@ def test_miles_refuses_what_it_cannot_apply_naming_its_flag(tmp_path: Path, over
     cfg = compose(["+recipe=gridsim_miles", override])
     with pytest.raises(PlanError, match=f"{override.split('=')[0]}=.*under trainer=miles.*{flag}"):
         build_plan(cfg, choices={}, run_dir=tmp_path)
-    with pytest.raises(MilesConfigError, match=flag):  # the launcher's own check (dry run, construction) too
-        check_config(cfg)
+    # The launcher's own check (dry run, construction) too, on typed settings that got past the schema's check.
+    settings = typed_settings(compose(["+recipe=gridsim_miles"]))
+    key = override.split("=")[0].removeprefix("trainer.")
+    setattr(settings.trainer, key, cfg.trainer[key])
+    with pytest.raises(MilesConfigError, match=flag):
+        check_config(settings)
 
 
 def test_the_defaults_keep_grpo_and_fill_each_losses_own() -> None:
