@@ -12,7 +12,6 @@ can start before every server holds the new weights, and none of this step's is 
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import logging
 import os
@@ -20,17 +19,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from agentrl.config.inference import SGLangInferenceConfig as SGLang  # the defaults' one home
-from agentrl.http import async_client
-from agentrl.inference.completion import EngineUnavailable
-from agentrl.inference.engine import Completion
+from agentrl.inference.completion import Completion
+from agentrl.inference.remote_engine import Admission, LoopClients, made_here, weights_folder
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +108,9 @@ class SGLangEngine:
                                           if isinstance(i, int) and i != self.tokenizer.unk_token_id)
         self.weight_version = 0
         self._procs: list[subprocess.Popen] = []
-        self._in_flight: dict[str, int] = {}
-        self._lock = threading.Condition()
-        self._admitting = True
-        self._closed = False
-        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._tmp_weights: list[str] = []
+        self._gate = Admission([], "SGLangEngine")
+        self._clients = LoopClients(self.request_timeout)
+        self._tmp_weights: list[Path] = []
         if urls:
             self.urls = [u.rstrip("/") for u in urls]
         else:
@@ -125,7 +118,7 @@ class SGLangEngine:
                 self.model_path, num_gpus=num_gpus, base_port=base_port, mem_fraction_static=mem_fraction_static,
                 tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser, extra_args=extra_args),
                 base_port, float(launch_timeout), log_dir)
-        self._in_flight = dict.fromkeys(self.urls, 0)
+        self._gate.in_flight = dict.fromkeys(self.urls, 0)
 
     # ------------------------------------------------------------------ servers
 
@@ -168,35 +161,7 @@ class SGLangEngine:
             if pending:
                 time.sleep(1.0)
 
-    def _client(self) -> Any:
-
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = async_client(timeout=self.request_timeout)
-            self._clients[loop] = client
-        return client
-
     # ------------------------------------------------------------------ generation
-
-    def _admit(self, block: bool) -> str | None:
-        """Count the call on the least busy server and return its URL; while a weight update holds admission
-        closed, wait (`block`) or return None."""
-        with self._lock:
-            while not self._admitting and not self._closed:
-                if not block:
-                    return None
-                self._lock.wait()
-            if self._closed:
-                raise EngineUnavailable("SGLangEngine is closed")  # the session server answers 503
-            url = min(self.urls, key=lambda u: self._in_flight[u])
-            self._in_flight[url] += 1
-            return url
-
-    def _release(self, url: str) -> None:
-        with self._lock:
-            self._in_flight[url] -= 1
-            self._lock.notify_all()
 
     async def generate(self, prompt_ids: list[int], *, max_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
                        top_k: int = 0, stop_ids: list[int] | None = None, seed: int | None = None,
@@ -210,12 +175,11 @@ class SGLangEngine:
         stops = sorted(set(stop_ids or ()) | (set() if ignore_eos else set(self.default_stop_ids)))
         body = {"input_ids": prompt, "return_logprob": True,
                 "sampling_params": sampling_params(max_tokens, temperature, top_p, top_k, stops, seed, ignore_eos)}
-        # Never block the event loop: the calls it is running must finish for a weight update to proceed.
-        url = self._admit(block=False) or await asyncio.to_thread(self._admit, True)
+        url = await self._gate.acquire()
         try:
-            response = await self._client().post(f"{url}/generate", json=body)
+            response = await self._clients.get().post(f"{url}/generate", json=body)
         finally:
-            self._release(url)
+            self._gate.release(url)
         if response.status_code != 200:
             raise SGLangError(f"{url}/generate answered {response.status_code}: {response.text[:500]}")
         return to_completion(response.json(), self.weight_version)
@@ -226,21 +190,10 @@ class SGLangEngine:
         """Push new weights to every server between two steps; returns the new weight version."""
         import httpx
 
-        folder = self._weights_folder(source)
+        folder = weights_folder(source, self.model_path, "SGLang")
+        if made_here(folder):
+            self._tmp_weights.append(folder)
         version = self.weight_version + 1
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            self._admitting = False
-            try:
-                while any(self._in_flight.values()):  # this step's calls finish on the old weights
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise TimeoutError("in-flight generations did not finish before the weight update")
-                    self._lock.wait(left)
-            except BaseException:
-                self._admitting = True
-                self._lock.notify_all()
-                raise
 
         def push(url: str) -> None:
             r = httpx.post(f"{url}/update_weights_from_disk", timeout=timeout or 3600, trust_env=False,
@@ -249,41 +202,15 @@ class SGLangEngine:
             if r.status_code != 200 or not answer.get("success", False):
                 raise SGLangError(f"{url} refused the weights in {folder}: {r.status_code} {answer or r.text[:300]}")
 
-        try:
-            with concurrent.futures.ThreadPoolExecutor(len(self.urls)) as pool:
-                for f in [pool.submit(push, u) for u in self.urls]:
-                    f.result()
-            self.weight_version = version
-            return version
-        finally:
-            with self._lock:
-                self._admitting = True
-                self._lock.notify_all()
-
-    def _weights_folder(self, source: Mapping[str, Any] | str | Path) -> Path:
-        """A folder SGLang can load: `source` itself, or a state dict saved beside the model's config."""
-        if isinstance(source, (str, Path)):
-            path = Path(source)
-            if not path.is_dir():
-                raise FileNotFoundError(f"weights folder {path} does not exist (SGLang loads whole folders)")
-            return path
-        from safetensors.torch import save_file
-
-        folder = Path(tempfile.mkdtemp(prefix="agentrl-weights-"))
-        self._tmp_weights.append(str(folder))
-        for name in ("config.json", "generation_config.json"):
-            if (self.model_path / name).is_file():
-                shutil.copy(self.model_path / name, folder / name)
-        # A copy of every tensor: tied weights (embeddings and lm_head) share storage, which save_file refuses.
-        save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in source.items()},
-                  str(folder / "model.safetensors"))
-        return folder
+        with self._gate.paused(timeout), concurrent.futures.ThreadPoolExecutor(len(self.urls)) as pool:
+            for f in [pool.submit(push, u) for u in self.urls]:
+                f.result()
+        self.weight_version = version
+        return version
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop the servers this engine launched (not given URLs); pending calls fail."""
-        with self._lock:
-            self._closed = True
-            self._lock.notify_all()
+        self._gate.close()
         for proc in self._procs:
             if proc.poll() is None:
                 proc.terminate()

@@ -27,14 +27,13 @@ import shutil
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from agentrl.config.inference import VLLMInferenceConfig as V  # the defaults' one home
-from agentrl.http import async_client
 from agentrl.inference.completion import Completion, EngineUnavailable
+from agentrl.inference.remote_engine import Admission, LoopClients, made_here, weights_folder
 from agentrl.inference.vllm_servers import (
     ServerProcess,
     VLLMError,
@@ -114,15 +113,12 @@ class VLLMEngine:
         self.request_timeout, self.health_every_s, self.restart = float(request_timeout), float(health_every_s), restart
         self.launch_timeout, self.seeded = float(launch_timeout), bool(seeded)
         self.weight_version = 0
-        self.failure: EngineUnavailable | None = None  # the session server's /health reports it (503)
         self.restarts = 0
         self._weights_root = Path(weights_dir) if weights_dir else None
         self._weights: Path | None = None  # the folder every server holds (None: the model folder)
-        self._lock = threading.Condition()
-        self._admitting, self._closed = True, False
-        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._gate = Admission([], "VLLMEngine")
+        self._clients = LoopClients(self.request_timeout)
         self._servers: dict[str, ServerProcess] = {}
-        self._down: set[str] = set()  # servers being restarted: no call is sent there meanwhile
         self._misses: dict[str, int] = {}
         if urls:
             self.urls = [u.rstrip("/") for u in urls]
@@ -134,10 +130,15 @@ class VLLMEngine:
         else:
             self.urls = self._launch(num_servers, base_port, vllm_python(python), dtype, enforce_eager,
                                      max_model_len, kv_cache_gib, server_env or {}, extra_args, log_dir)
-        self._in_flight = dict.fromkeys(self.urls, 0)
+        self._gate.in_flight = dict.fromkeys(self.urls, 0)
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="agentrl-vllm-watch", daemon=True)
         self._watcher.start()
+
+    @property
+    def failure(self) -> EngineUnavailable | None:
+        """Why the engine no longer serves (a dead server); the session server's /health reports it (503)."""
+        return self._gate.failure
 
     # ------------------------------------------------------------------ servers
 
@@ -169,7 +170,7 @@ class VLLMEngine:
         """Name a dead server within seconds (or restart it); runs until `close`."""
         while not self._stop.wait(self.health_every_s):
             for url in list(self.urls):
-                if url in self._down or self.failure is not None:
+                if url in self._gate.down or self.failure is not None:
                     continue
                 server = self._servers.get(url)
                 code = server.exit_code if server is not None else None
@@ -187,14 +188,12 @@ class VLLMEngine:
 
     def _fail(self, exc: EngineUnavailable) -> None:
         log.error("%s", exc)
-        with self._lock:
-            self.failure = self.failure or exc
-            self._lock.notify_all()
+        self._gate.fail(exc)
 
     def _restart(self, server: ServerProcess, why: str) -> None:
         log.warning("vLLM server %s %s: restarting it (inference.restart=true)", server.url, why)
-        with self._lock:
-            self._down.add(server.url)
+        with self._gate.cond:
+            self._gate.down.add(server.url)
         try:
             server.stop(timeout=10)
             server.start()
@@ -206,10 +205,10 @@ class VLLMEngine:
                     self._set_version(server.url, version)  # it started from the model folder: version 0
                 else:
                     self._load(server.url, folder, version)
-                with self._lock:
+                with self._gate.cond:
                     if (folder, version) == (self._weights, self.weight_version):
-                        self._down.discard(server.url)
-                        self._lock.notify_all()
+                        self._gate.down.discard(server.url)
+                        self._gate.cond.notify_all()
                         break
         except Exception as exc:  # noqa: BLE001 - a restart that fails is the engine's failure, named
             self._fail(EngineUnavailable(f"vLLM server {server.url} {why}, and restarting it failed: {exc}"))
@@ -217,36 +216,7 @@ class VLLMEngine:
         self._misses[server.url] = 0
         log.warning("vLLM server %s is back (restart %d)", server.url, self.restarts)
 
-    def _client(self) -> Any:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = async_client(timeout=self.request_timeout)
-            self._clients[loop] = client
-        return client
-
     # ------------------------------------------------------------------ generation
-
-    def _admit(self, block: bool) -> str | None:
-        """Count the call on the least busy server that is up; while a push holds admission closed or every server
-        restarts, wait (`block`) or return None."""
-        with self._lock:
-            while True:
-                if self._closed or self.failure is not None:
-                    raise self.failure or EngineUnavailable("VLLMEngine is closed")  # the session server: 503
-                up = [u for u in self.urls if u not in self._down]
-                if self._admitting and up:
-                    url = min(up, key=lambda u: self._in_flight[u])
-                    self._in_flight[url] += 1
-                    return url
-                if not block:
-                    return None
-                self._lock.wait()
-
-    def _release(self, url: str) -> None:
-        with self._lock:
-            self._in_flight[url] -= 1
-            self._lock.notify_all()
 
     async def generate(self, prompt_ids: list[int], *, max_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
                        top_k: int = 0, stop_ids: list[int] | None = None, seed: int | None = None,
@@ -270,17 +240,16 @@ class VLLMEngine:
             min(int(max_tokens), self.max_context - len(prompt)), temperature, top_p, top_k, stops,
             seed if self.seeded else None, ignore_eos)}
         while True:
-            # Never block the event loop: the calls it is running must finish for a weight push to proceed.
-            url = self._admit(block=False) or await asyncio.to_thread(self._admit, True)
+            url = await self._gate.acquire()
             try:
-                response = await self._client().post(f"{url}/inference/v1/generate", json=body)
+                response = await self._clients.get().post(f"{url}/inference/v1/generate", json=body)
             except httpx.TransportError as exc:
-                if self.restart and url in self._servers and not self._closed:
+                if self.restart and url in self._servers and not self._gate.closed:
                     await asyncio.to_thread(self._await_back, url)
                     continue  # sent again once its server is back: the rollout is not lost
                 raise EngineUnavailable(f"vLLM server {url} cannot be reached: {exc!r}") from exc
             finally:
-                self._release(url)
+                self._gate.release(url)
             if response.status_code == 200:
                 return to_completion(response.json(), url, len(prompt))
             if response.status_code == 400:  # e.g. a parameter vLLM refuses: the request's fault
@@ -290,8 +259,8 @@ class VLLMEngine:
     def _await_back(self, url: str) -> None:
         """Wait until the watcher has noticed `url` died and restarted it (or the engine failed)."""
         deadline = time.monotonic() + self.launch_timeout + 10 * self.health_every_s * MISSES_TO_FAIL
-        while time.monotonic() < deadline and self.failure is None and not self._closed:
-            if url not in self._down and healthy(url):
+        while time.monotonic() < deadline and self.failure is None and not self._gate.closed:
+            if url not in self._gate.down and healthy(url):
                 return
             time.sleep(self.health_every_s)
 
@@ -299,35 +268,15 @@ class VLLMEngine:
 
     def update_weights(self, source: Mapping[str, Any] | str | Path, *, timeout: float | None = None) -> int:
         """Push new weights to every server between two steps; returns the new weight version, read back."""
-        folder = self._weights_folder(source)
+        folder = weights_folder(source, self.model_path, "vLLM", self._weights_root)
         version = self.weight_version + 1
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            if self.failure is not None:
-                raise self.failure
-            self._admitting = False
-            try:
-                while any(self._in_flight.values()):  # this step's calls finish on the old weights
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise TimeoutError("in-flight generations did not finish before the weight update")
-                    self._lock.wait(left)
-            except BaseException:
-                self._admitting = True
-                self._lock.notify_all()
-                raise
-        try:
-            with concurrent.futures.ThreadPoolExecutor(len(self.urls)) as pool:
-                for f in [pool.submit(self._load, u, folder, version) for u in self.urls if u not in self._down]:
-                    f.result()
-            old, self._weights, self.weight_version = self._weights, folder, version
-            if old is not None and old != folder and old.name.startswith("agentrl-weights-"):
-                shutil.rmtree(old, ignore_errors=True)
-            return version
-        finally:
-            with self._lock:
-                self._admitting = True
-                self._lock.notify_all()
+        with self._gate.paused(timeout), concurrent.futures.ThreadPoolExecutor(len(self.urls)) as pool:
+            for f in [pool.submit(self._load, u, folder, version) for u in self.urls if u not in self._gate.down]:
+                f.result()
+        old, self._weights, self.weight_version = self._weights, folder, version
+        if old != folder and made_here(old):
+            shutil.rmtree(old, ignore_errors=True)
+        return version
 
     def _post(self, url: str, path: str, payload: dict[str, Any] | None = None) -> Any:
         import httpx
@@ -355,26 +304,6 @@ class VLLMEngine:
         if str(held) != str(version):
             raise VLLMError(f"{url} holds weight version {held!r}, not the {version} just pushed")
 
-    def _weights_folder(self, source: Mapping[str, Any] | str | Path) -> Path:
-        """A folder vLLM can load: `source` itself, or a state dict saved with the model's config."""
-        if isinstance(source, (str, Path)):
-            path = Path(source)
-            if not path.is_dir():
-                raise FileNotFoundError(f"weights folder {path} does not exist (vLLM reloads whole folders)")
-            return path
-        from safetensors.torch import save_file
-
-        if self._weights_root is not None:
-            self._weights_root.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix="agentrl-weights-", dir=self._weights_root))
-        for name in ("config.json", "generation_config.json"):
-            if (self.model_path / name).is_file():
-                shutil.copy(self.model_path / name, folder / name)
-        # A copy of every tensor: tied weights (embeddings and lm_head) share storage, which save_file refuses.
-        save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in source.items()},
-                  str(folder / "model.safetensors"))
-        return folder
-
     # ------------------------------------------------------------------ lifetime
 
     def _stop_servers(self) -> None:
@@ -383,12 +312,10 @@ class VLLMEngine:
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop the watcher and the servers this engine launched (not given URLs); pending calls fail."""
-        with self._lock:
-            self._closed = True
-            self._lock.notify_all()
+        self._gate.close()
         self._stop.set()
         self._stop_servers()
-        if self._weights is not None and self._weights.name.startswith("agentrl-weights-"):
+        if made_here(self._weights):
             shutil.rmtree(self._weights, ignore_errors=True)
 
     def __enter__(self) -> VLLMEngine:
