@@ -12,6 +12,9 @@ from omegaconf import MISSING
 TOOL_TIMEOUT_S = 60.0  # one tool call
 RESET_TIMEOUT_S = 600.0  # a reset's wait for room on a full or restarting server
 CONNECT_TIMEOUT_S = 30.0  # retrying while nothing listens at the URL
+# A session opened by `openenv/session/create` (OpenEnv 0.10's /mcp) that no WebSocket holds ends after this
+# many idle seconds, so a client that never joins or closes it leaks no slot.
+SESSION_IDLE_TIMEOUT_S = 300.0
 
 
 @dataclass
@@ -23,6 +26,8 @@ class EnvServerConfig:
     max_concurrent_envs: int = 64
     tool_timeout: float = TOOL_TIMEOUT_S  # seconds
     reset_timeout: float = RESET_TIMEOUT_S  # seconds a reset may wait for room on a full or restarting server
+    # Seconds an /mcp-created session nobody holds may sit idle before it expires (frees its slot).
+    session_idle_timeout: float = SESSION_IDLE_TIMEOUT_S
     # Seconds a rollout keeps trying while nothing listens at the URL (refused, unknown host, no route)
     # before it is flagged env_unreachable; shorter than reset_timeout so a dead server stops a run fast.
     connect_timeout: float = CONNECT_TIMEOUT_S

@@ -33,6 +33,7 @@ class ServeConfig:
     max_concurrent_envs: int = II("env.server.max_concurrent_envs")
     tool_timeout: float = II("env.server.tool_timeout")
     reset_timeout: float = II("env.server.reset_timeout")
+    session_idle_timeout: float = II("env.server.session_idle_timeout")
     reward: str | None = None
     log_level: str = "info"
 
@@ -72,6 +73,7 @@ def serve(cfg: DictConfig) -> None:
         sandbox=sandbox,
         tool_timeout=cfg.tool_timeout,
         reset_timeout=cfg.reset_timeout,
+        session_idle_timeout=cfg.session_idle_timeout,
         # Readable only: the sandbox adds this process's pid and a random token, so a server restarted on the
         # same port is a new owner and reaps what its killed predecessor left.
         sandbox_name=f"{bundle.name}-{cfg.port}",

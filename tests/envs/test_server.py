@@ -1,4 +1,4 @@
-"""The env server against openenv-core 0.3.0's own clients and raw WebSocket frames (echo test bundle)."""
+"""The env server against openenv 0.10's own clients and raw WebSocket frames (echo test bundle)."""
 
 from __future__ import annotations
 
@@ -209,11 +209,9 @@ def test_capacity():
         a.connect()
         a.reset(split="eval", index=0)
         b = MCPToolClient(base_url=url).sync()
-        try:
-            b.connect()
-            with pytest.raises((RuntimeError, websockets.ConnectionClosed)) as ei:
-                b.reset()
-            assert isinstance(ei.value, websockets.ConnectionClosed) or "CAPACITY_REACHED" in str(ei.value)
+        try:  # 0.10's client opens its session over /mcp first: the refusal comes as the JSON-RPC error
+            with pytest.raises(RuntimeError, match="Server at capacity: 1/1 sessions active"):
+                b.connect()
         finally:
             b.close()
 
@@ -262,7 +260,8 @@ class CountingSandbox(LocalSandbox):
 
 def test_token():
     sandbox = CountingSandbox(EchoBundle())
-    with serve_in_background(build_app(EchoBundle(), token="s3cret", sandbox=sandbox)) as url:
+    app = build_app(EchoBundle(), token="s3cret", sandbox=sandbox)
+    with serve_in_background(app) as url:
         assert httpx.get(f"{url}/health").status_code == 200
         assert httpx.get(f"{url}/schema").status_code == 401
         assert httpx.get(f"{url}/metadata", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -277,12 +276,15 @@ def test_token():
             with pytest.raises(websockets.ConnectionClosed) as ei:
                 asyncio.run(play(headers))
             assert ei.value.rcvd.code == 1008
-        with MCPToolClient(base_url=url).sync() as env:  # openenv's client sends no token
-            with pytest.raises(websockets.ConnectionClosed):
-                env.reset()
-        assert sandbox.deploys == 0
-        assert asyncio.run(play({"Authorization": "Bearer s3cret"}))["data"]["done"] is False
+        for headers in (None, {"Authorization": "Bearer wrong"}):  # /mcp refuses before a session exists
+            with pytest.raises(httpx.HTTPStatusError, match="401"):
+                MCPToolClient(base_url=url, headers=headers).sync().connect()
+        assert sandbox.deploys == 0 and len(app.state.sessions) == 0
+        with MCPToolClient(base_url=url, headers={"Authorization": "Bearer s3cret"}).sync() as env:
+            assert env.reset(split="eval", index=0).done is False
         assert sandbox.deploys == 1
+        assert asyncio.run(play({"Authorization": "Bearer s3cret"}))["data"]["done"] is False
+        assert sandbox.deploys == 2
 
 
 def test_tool_timeout_ends_the_episode_and_does_not_stall_others(tmp_path):

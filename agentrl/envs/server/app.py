@@ -1,4 +1,5 @@
-"""`build_app`: a FastAPI app that serves a bundle over the OpenEnv protocol (`/ws` sessions)."""
+"""`build_app`: a FastAPI app that serves a bundle over the OpenEnv protocol: 0.3's `/ws` sessions and 0.10's
+production mode (`/mcp` JSON-RPC, a `/ws` joined to an `/mcp` session by `?session_id=`)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agentrl.config.env import RESET_TIMEOUT_S, TOOL_TIMEOUT_S
+from agentrl.config.env import RESET_TIMEOUT_S, SESSION_IDLE_TIMEOUT_S, TOOL_TIMEOUT_S
 from agentrl.envs.sandbox.base import Sandbox
-from agentrl.envs.server import wire
-from agentrl.envs.server.session import Served, Session, make_reward
+from agentrl.envs.server import mcp_rpc, wire
+from agentrl.envs.server.mcp_routes import add_mcp_routes
+from agentrl.envs.server.session import Served, make_reward
+from agentrl.envs.server.session_table import Held, SessionCapacityError, SessionLookupError, SessionTable
 from agentrl.envs.task import Bundle
 
 log = logging.getLogger(__name__)
@@ -99,6 +102,7 @@ def build_app(
     tool_timeout: float = TOOL_TIMEOUT_S,
     reset_timeout: float = RESET_TIMEOUT_S,
     sandbox_name: str | None = None,
+    session_idle_timeout: float = SESSION_IDLE_TIMEOUT_S,
 ) -> FastAPI:
     """A FastAPI app serving `bundle` over the OpenEnv protocol.
 
@@ -106,11 +110,14 @@ def build_app(
     `sandbox`: "local", "docker", a Sandbox instance, or a sandbox config (dict/object) with `kind`.
     `token`: when set, every request but `GET /health` needs `Authorization: Bearer <token>`.
     `sandbox_name`: a readable name for the sandbox's containers (e.g. `gridsim-8200`).
+    `session_idle_timeout`: seconds a session made by `/mcp`'s `openenv/session/create` that no WebSocket holds
+    may sit idle before it ends.
     """
     if max_concurrent_envs < 1:
         raise ValueError(f"max_concurrent_envs must be at least 1, not {max_concurrent_envs}")
-    if tool_timeout <= 0 or reset_timeout <= 0:
-        raise ValueError(f"timeouts must be positive (tool_timeout={tool_timeout}, reset_timeout={reset_timeout})")
+    if tool_timeout <= 0 or reset_timeout <= 0 or not session_idle_timeout > 0:
+        raise ValueError(f"timeouts must be positive (tool_timeout={tool_timeout}, reset_timeout={reset_timeout}, "
+                         f"session_idle_timeout={session_idle_timeout})")
     if token is not None and (not isinstance(token, str) or not token):
         raise ValueError("token must be a non-empty string or None")
     bundle_splits = {str(k): int(v) for k, v in bundle.splits().items()}
@@ -125,19 +132,24 @@ def build_app(
         splits={"all": sum(bundle_splits.values()), **bundle_splits},
         order=list(bundle_splits),
     )
+    table = SessionTable(served, max_sessions=max_concurrent_envs, idle_timeout=float(session_idle_timeout))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await served.sandbox.start()
+        reaper = asyncio.ensure_future(table.reap_forever())
         try:
             yield
         finally:
             # Uvicorn shutdown (SIGTERM included): tear every live episode down, then the sandbox.
+            reaper.cancel()
+            await table.close_all()
             await asyncio.gather(*(s.close() for s in list(served.sessions)), return_exceptions=True)
             await served.sandbox.shutdown()
 
     app = FastAPI(title=f"agentrl env server: {bundle.name}", lifespan=lifespan)
     app.state.served = served
+    app.state.sessions = table
     if token is not None:
         app.add_middleware(BearerAuth, token=token)
 
@@ -172,17 +184,20 @@ def build_app(
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
+        """OpenEnv's reset/step/state/close frames; `?session_id=` joins a session made over `/mcp`."""
         await websocket.accept()
-        if len(served.sessions) >= max_concurrent_envs:
-            n = len(served.sessions)
-            msg = f"Server at capacity: {n}/{max_concurrent_envs} sessions active. Cannot accept new connections."
-            await websocket.send_text(
-                wire.error_frame(wire.CAPACITY_REACHED, msg, active_sessions=n, max_sessions=max_concurrent_envs)
-            )
+        joined = websocket.query_params.get("session_id")
+        try:
+            held = table.attach(joined) if joined else table.create(pinned=True)
+        except SessionCapacityError as exc:
+            await websocket.send_text(wire.error_frame(wire.CAPACITY_REACHED, str(exc), active_sessions=exc.active,
+                                                       max_sessions=exc.maximum))
             await websocket.close(1000)
             return
-        session = Session(served)
-        served.sessions.add(session)
+        except SessionLookupError as exc:
+            await websocket.send_text(wire.error_frame(wire.SESSION_ERROR, str(exc)))
+            await websocket.close(1000)
+            return
         closed_by_client = False
         try:
             while True:
@@ -196,7 +211,9 @@ def build_app(
                     except UnicodeDecodeError as exc:
                         await websocket.send_text(wire.error_frame(wire.INVALID_JSON, f"Invalid JSON: {exc}"))
                         continue
-                reply = await dispatch(session, text)
+                async with held.lock:
+                    held.touch()
+                    reply = await dispatch(held, text, table)
                 if reply is None:
                     closed_by_client = True
                     break
@@ -205,26 +222,27 @@ def build_app(
             log.debug("session ended: %r", exc)
         finally:
             # The slot stays taken until the episode is torn down.
-            await session.close()
-            served.sessions.discard(session)
+            await table.release(held, attached=bool(joined))
         if closed_by_client:
             with contextlib.suppress(Exception):
                 await websocket.close(1000)
 
+    add_mcp_routes(app, table)
     return app
 
 
-async def dispatch(session: Session, text: str) -> str | None:
-    """The reply frame to one client frame; None for `close`. Never raises: whatever a frame holds, the
-    client gets the protocol's error reply and the session lives on."""
+async def dispatch(held: Held, text: str, table: SessionTable) -> str | None:
+    """The reply frame to one client frame on `held`'s WebSocket; None for `close`. Never raises: whatever a
+    frame holds, the client gets the protocol's error reply and the session lives on."""
     try:
-        return await _dispatch(session, text)
+        return await _dispatch(held, text, table)
     except Exception as exc:
         log.exception("handling a frame failed")
         return wire.error_frame(wire.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
 
 
-async def _dispatch(session: Session, text: str) -> str | None:
+async def _dispatch(held: Held, text: str, table: SessionTable) -> str | None:
+    session = held.session
     try:
         msg = wire.loads(text)
     except ValueError as exc:
@@ -255,38 +273,12 @@ async def _dispatch(session: Session, text: str) -> str | None:
             return wire.dumps({"type": "state", "data": session.state()})
         if kind == "close":
             return None
-        return wire.dumps({"type": "mcp", "data": await _mcp(session, parsed.data)})
+        return wire.dumps({"type": "mcp", "data": await mcp_rpc.handle(table, parsed.data, own=held)})
     except ValidationError as exc:
         return wire.validation_error_frame(exc)
     except Exception as exc:
         log.exception("handling a %s message failed", kind)
         return wire.error_frame(wire.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
-
-
-async def _mcp(session: Session, request: dict[str, Any]) -> dict[str, Any]:
-    """JSON-RPC `tools/list` and `tools/call` against this session's episode."""
-    rid = request.get("id")
-    if isinstance(rid, bool) or not isinstance(rid, str | int | float | None):
-        # JSON-RPC: an id that is not a string, number or null is an invalid request, answered with id null.
-        return wire.jsonrpc_error(None, -32600, "Invalid request: the id must be a string, a number or null")
-    method, params = request.get("method"), request.get("params", {})
-    if request.get("jsonrpc") != "2.0" or not isinstance(method, str) or not isinstance(params, dict):
-        return wire.jsonrpc_error(rid, -32600, "Invalid request: needs jsonrpc '2.0', a method and object params")
-    if method == "tools/list":
-        tools = session.list_tools()["observation"]["tools"]
-        return wire.jsonrpc_result(
-            rid, {"tools": [{"name": t["name"], "description": t["description"], "inputSchema": t["input_schema"]}
-                            for t in tools]}
-        )
-    if method == "tools/call":
-        name, arguments = params.get("name"), params.get("arguments") or {}
-        if not isinstance(name, str):
-            return wire.jsonrpc_error(rid, -32602, "Missing 'name' in params")
-        if not isinstance(arguments, dict):
-            return wire.jsonrpc_error(rid, -32602, "'arguments' must be an object")
-        data = await session.call_tool(name, arguments)
-        return wire.jsonrpc_result(rid, {**data["observation"], "reward": data["reward"], "done": data["done"]})
-    return wire.jsonrpc_error(rid, -32601, f"Method not found: {method}")
 
 
 _CALL_KEYS = frozenset({"type", "tool_name", "arguments", "metadata"})

@@ -20,6 +20,7 @@ UNKNOWN_TYPE = "UNKNOWN_TYPE"
 VALIDATION_ERROR = "VALIDATION_ERROR"
 EXECUTION_ERROR = "EXECUTION_ERROR"
 CAPACITY_REACHED = "CAPACITY_REACHED"
+SESSION_ERROR = "SESSION_ERROR"  # openenv 0.10: a `/ws?session_id=` that names no session it can join
 
 # Tool error types (openenv-core's ToolErrorType); any other value breaks the client's parser.
 TOOL_NOT_FOUND = "tool_not_found"
