@@ -1,4 +1,4 @@
-"""GridSim served by our server, played by openenv-core 0.3.0's own clients over real uvicorn."""
+"""GridSim served by our server, played by openenv 0.10's own clients over real uvicorn."""
 
 from __future__ import annotations
 
@@ -39,6 +39,16 @@ def test_mcp_tool_client_scores_the_optimum_1(url, gridsim, split, index):
         assert r.done is True and r.reward == 1.0
         assert r.observation.metadata["scores"] == {"grade": 1.0}
         assert json.loads(r.observation.result["data"])["feasible"] is True
+
+
+@pytest.mark.parametrize("schedule,reward", [("optimal", 1.0), ("idle", 0.2)])
+def test_mcp_tool_client_call_tool_returns_the_scored_observation(url, gridsim, schedule, reward):
+    """Production mode end to end: tools/call over HTTP /mcp on the session the client created there."""
+    plan = gridsim.row("eval", 5)["optimal_schedule"] if schedule == "optimal" else [0] * 24
+    with MCPToolClient(base_url=url, message_timeout_s=60).sync() as env:
+        env.reset(split="eval", index=5)
+        scored = env.call_tool("submit_schedule", schedule=plan)
+        assert (scored["reward"], scored["done"], scored["metadata"]["scores"]) == (reward, True, {"grade": reward})
 
 
 def test_generic_client_idling_scores_0_2(url):
