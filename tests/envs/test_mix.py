@@ -59,7 +59,8 @@ def test_rows_are_drawn_by_weight_seeded_each_carrying_its_bundle(mix):
     again = load_bundle("mix", **MIX)
     ids = [mix.task_info("train", i).task_id for i in range(200)]
     assert ids == [again.task_info("train", i).task_id for i in range(200)]
-    assert ids != [load_bundle("mix", **MIX, seed=1).task_info("train", i).task_id for i in range(200)]
+    reseeded = load_bundle("mix", **MIX, seed=1)
+    assert ids != [reseeded.task_info("train", i).task_id for i in range(200)]
     # A row is its bundle's task, played by its bundle's episode (its tools, its task id).
     tools = {group_of(mix, "train", i): [t["function"]["name"] for t in mix.episode("train", i).first_turn().tools]
              for i in range(20)}
