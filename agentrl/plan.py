@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from agentrl.config.locate import project_root, project_root_reason, recipe_dirs
@@ -46,15 +47,29 @@ def resolve_target(node: DictConfig, where: str) -> Any:
     return obj
 
 
+def resolve_nested(node: Any, where: str) -> None:
+    """`resolve_target` for every `_target_` node below `node` (e.g. reward=rubric's tree), naming its key."""
+    items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node)
+    for key, child in items:
+        if key == "_target_" or not isinstance(child, (DictConfig, ListConfig)):
+            continue
+        path = f"{where}[{key}]" if isinstance(node, ListConfig) else f"{where}.{key}"
+        if isinstance(child, DictConfig) and "_target_" in child:
+            resolve_target(child, path)
+        resolve_nested(child, path)
+
+
 def build(node: DictConfig, where: str, **extra: Any) -> Any:
     """Instantiate a group's object (`extra`: arguments the config does not hold); a value its own checks refuse
-    is a PlanError naming the group."""
+    is a PlanError naming the group (and the nested node's key, for a node below it)."""
     resolve_target(node, where)
+    resolve_nested(node, where)
     try:
         return instantiate(node, **extra)
     except Exception as exc:  # noqa: BLE001 - Hydra wraps the object's own error; say it with the group
         cause = exc.__cause__ or exc
-        raise PlanError(f"{where}: {type(cause).__name__}: {cause}") from exc
+        nested = re.search(r"full_key: (\S+)", str(exc))
+        raise PlanError(f"{nested.group(1) if nested else where}: {type(cause).__name__}: {cause}") from exc
 
 
 @dataclass(eq=False)
@@ -192,6 +207,9 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
         raise PlanError(str(exc)) from exc
     # An agent that cannot play this bundle says why now (agent=self_play: fewer roles than the game's seats).
     if callable(check := getattr(agent, "plan_problem", None)) and (problem := check(bundle)):
+        raise PlanError(problem)
+    # A reward that names a score the bundle declares it never gives (reward=rubric's Score nodes) fails now.
+    if callable(check := getattr(reward, "plan_problem", None)) and (problem := check(bundle)):
         raise PlanError(problem)
     for split in (settings.env.train_split, settings.env.eval_split):
         if split not in bundle.splits():

@@ -6,14 +6,16 @@
    the play gets the group's weight for that outcome (`Asymmetric`: x `correct_weight` when correct, else x
    `incorrect_weight`). The trained `reward` is score x weight; eval reads the score.
 
-`apply_rewards` runs both; agents only report scores and roles. Which groups a step keeps is
+`apply_rewards` runs both; `reward_play` first lets the group make the calls it needs (an LLM judge's: `reward=rubric`,
+`agentrl.rubrics`). Agents only report scores and roles. Which groups a step keeps is
 `agentrl.group_filter`. Nothing here knows Miles: its hooks live in `agentrl.trainers.miles_hooks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agentrl.agents.record import Failure, Play, Rollout
 from agentrl.config.reward import AsymmetricRewardConfig
@@ -33,6 +35,29 @@ class RewardGroup:
         """The factor for every rollout of a judged play whose outcome earned `outcome_reward` (None: no
         outcome, an early exit). 1.0 unless the group weights outcomes."""
         return 1.0
+
+    def score_rollout(self, rollout: Rollout) -> float:
+        """Step 1 for an unflagged, scored rollout (a group that reads more than the scores overrides it)."""
+        return self(rollout.scores or {})
+
+    def play_weight(self, play: Play) -> float:
+        """Step 2 for a judged play: `weight` of the group's score of its outcome (an outcome it cannot score
+        counts as none)."""
+        outcome = None
+        if play.outcome is not None:
+            try:
+                outcome = float(self(play.outcome))
+            except Exception:  # noqa: BLE001 - an outcome the group cannot score counts as incorrect
+                outcome = None
+        return float(self.weight(outcome))
+
+    async def prepare(self, play: Play, row: Mapping[str, Any]) -> None:
+        """What a play's rewards need from outside before they are applied (an LLM judge's calls); it flags a
+        rollout it cannot score. Nothing by default."""
+
+    def metrics(self) -> dict[str, float]:
+        """The group's own counters, logged each step beside the trainer's (an LLM judge's). {} by default."""
+        return {}
 
 
 @dataclass
@@ -91,7 +116,7 @@ def episode_score(group: RewardGroup, rollout: Rollout) -> float:
     if rollout.failure is not None or rollout.scores is None:
         return 0.0
     try:
-        return float(group(rollout.scores))
+        return float(group.score_rollout(rollout))
     except Exception as exc:  # noqa: BLE001 - the group's own error names the score it wanted
         rollout.flag(Failure.NO_REWARD, f"{type(exc).__name__}: {exc}")
         return 0.0
@@ -99,15 +124,7 @@ def episode_score(group: RewardGroup, rollout: Rollout) -> float:
 
 def outcome_weight(group: RewardGroup, play: Play) -> float:
     """Step 2: the factor for every rollout of `play`: the group's weight for a judged play's outcome, else 1."""
-    if not play.judged:
-        return 1.0
-    outcome = None
-    if play.outcome is not None:
-        try:
-            outcome = float(group(play.outcome))
-        except Exception:  # noqa: BLE001 - an outcome the group cannot score counts as incorrect
-            outcome = None
-    return float(group.weight(outcome))
+    return group.play_weight(play) if play.judged else 1.0
 
 
 def apply_rewards(group: RewardGroup, play: Play) -> list[Rollout]:
@@ -119,3 +136,20 @@ def apply_rewards(group: RewardGroup, play: Play) -> list[Rollout]:
         rollout.weight, rollout.judged = weight, play.judged
         rollout.reward = rollout.score * weight
     return play.rollouts
+
+
+async def reward_play(group: RewardGroup, play: Play, row: Mapping[str, Any]) -> list[Rollout]:
+    """`apply_rewards` after the group's own calls for the play (`prepare`: an LLM judge's): what a trainer's
+    runner calls once a play of `row` ended."""
+    await group.prepare(play, row)
+    return apply_rewards(group, play)
+
+
+def rubric_metrics(rollouts: Sequence[Rollout], prefix: str) -> dict[str, float]:
+    """`<prefix>/rubric/<part>`: each rubric part's mean over the rollouts that evaluated it (`reward=rubric`
+    records them in `Rollout.rubric`; `total` is the whole rubric). {} under other groups."""
+    values: dict[str, list[float]] = {}
+    for r in rollouts:
+        for name, value in r.rubric.items():
+            values.setdefault(name, []).append(value)
+    return {f"{prefix}/rubric/{name}": sum(vs) / len(vs) for name, vs in sorted(values.items())}

@@ -33,6 +33,7 @@ class Failure(enum.StrEnum):
     TRUNCATED = "truncated"  # a reply hit max_response_tokens
     MAX_TURNS = "max_turns"  # the task wanted more turns than max_turns
     NO_REWARD = "no_reward"  # the episode ended without the scores the reward group needs
+    JUDGE_ERROR = "judge_error"  # the reward's LLM judge timed out, failed, or answered without a score
     NO_MODEL_TURN = "no_model_turn"  # nothing was recorded: there is nothing to train on
     AGENT_ERROR = "agent_error"  # a bug in the agent (the message says which)
 
@@ -93,6 +94,7 @@ class Rollout:
     score: float = 0.0  # the episode's score: the reward group's step 1, unweighted (0 when flagged or unscored)
     reward: float = 0.0  # the trained reward: score x weight (0 when flagged)
     weight: float = 1.0  # the reward group's factor for a judged play's outcome (asymmetric weighting)
+    rubric: dict[str, float] = field(default_factory=dict)  # reward=rubric: each named part's value, for metrics
     failure: Failure | None = None
     error: str = ""
     turns: int = 0  # model turns

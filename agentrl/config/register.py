@@ -28,6 +28,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "env_score": reward.EnvScoreRewardConfig,
         "mean_scores": reward.MeanScoresRewardConfig,
         "asymmetric": reward.AsymmetricRewardConfig,
+        "rubric": reward.RubricRewardConfig,
     },
     "trainer": {
         "grpo": trainer.GRPOTrainerConfig,

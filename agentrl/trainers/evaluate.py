@@ -24,6 +24,7 @@ from tqdm import tqdm
 from agentrl.agents.record import Rollout
 from agentrl.config.sampling import Sampling
 from agentrl.config.schema import RunConfig
+from agentrl.rewards import rubric_metrics
 from agentrl.trainers.episode_traces import TraceAs
 from agentrl.trainers.eval_results import pass_metrics, task_records
 from agentrl.trainers.rollout import make_row
@@ -152,6 +153,7 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
     breakdown = getattr(bundle, "eval_breakdown", None)
     metrics = reward_metrics(played, prefix, breakdown)
     metrics.update(role_metrics(every, prefix))
+    metrics.update(rubric_metrics(played, prefix))  # reward=rubric: eval/rubric/<part>
     records = task_records(outcomes, breakdown, step)
     if samples > 1:
         metrics.update(pass_metrics(records, pass_score, prefix))

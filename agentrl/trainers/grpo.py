@@ -172,7 +172,8 @@ class GRPOTrainer(TrainerBase):
         self.trained_cursor = batch.row_cursor  # a checkpoint of this step resumes here, not past the next plays
         times = StepTimes(generate_wait_s=waited - began, train_s=updated - waited, weight_push_s=push_s,
                           step_s=time.monotonic() - began)
-        stats = StepStats(step, batch, update, times, extra={**lag, **self.plan.bundle.metrics()})
+        extra = {**lag, **self.plan.bundle.metrics(), **self.plan.reward.metrics()}  # reward: an LLM judge's judge/*
+        stats = StepStats(step, batch, update, times, extra=extra)
         self.history["train/reward"].append((step, stats.reward))
         return stats
 

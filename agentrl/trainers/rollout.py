@@ -3,7 +3,7 @@
 The trainer owns one `RolloutRunner`. For each row it starts `n` plays of the run's agent at once (each
 play gets its own sampling seed, derived from the run seed, the step and the play's position, so a step's
 data is a pure function of the weights and the seed). The reward group rewards each play's rollouts
-(`agentrl.rewards.apply_rewards`); every session the agent opened is then read back from the session server
+(`agentrl.rewards.reward_play`); every session the agent opened is then read back from the session server
 (token ids, loss mask, rollout logprobs) into its rollout's `sample`.
 """
 
@@ -20,7 +20,7 @@ from agentrl.config.env import CONNECT_TIMEOUT_S, RESET_TIMEOUT_S, TOOL_TIMEOUT_
 from agentrl.envs.task import opening_turn
 from agentrl.http import async_client
 from agentrl.inference.samples import Sample, assemble_sample
-from agentrl.rewards import RewardGroup, apply_rewards
+from agentrl.rewards import RewardGroup, reward_play
 from agentrl.trainers.dependency import Breaker, play_guarded
 from agentrl.trainers.episode_traces import TraceAs, episode_trace, traced
 
@@ -98,7 +98,7 @@ class RolloutRunner:
         if kwargs.get("temperature", 1.0) > 0:
             kwargs["seed"] = play_seed(*seed_parts, *key, j)
         play = await self.agent.play(pool, row, request_kwargs=kwargs)
-        rollouts = [await self._record(r, row, key) for r in apply_rewards(self.reward, play)]
+        rollouts = [await self._record(r, row, key) for r in await reward_play(self.reward, play, row)]
         if trace_as is not None and self.traces is not None and rollouts \
                 and traced(trace_as, self.traces.trace_train_fraction, key, j):
             self.traces.log_traces([episode_trace(rollouts, row, j, trace_as)])

@@ -128,6 +128,8 @@ class ArithBundle(FolderBundle):
     inline_episodes = True  # pure computation of microseconds: no worker thread needed
     OPTIONS = {"data_file": None, "prompt_key": "prompt", "label_key": "label"}
     teachers = TEACHERS
+    # The scores an episode reports (reward=rubric checks a Score's name against them when the plan is built).
+    score_names = ("correct",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

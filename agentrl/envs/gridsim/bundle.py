@@ -25,6 +25,8 @@ class GridSimBundle(FolderBundle):
     OPTIONS = {"prompt_style": "full"}
     DATA_OPTIONS = ("prompt_style",)
     teachers = TEACHERS
+    # The scores an episode reports (reward=rubric checks a Score's name against them when the plan is built).
+    score_names = ("grade",)
     eval_breakdown = {"duration_h": "reward_{}h"}  # a battery's hours of storage: 1h, 2h, 4h
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -113,6 +113,8 @@ class ReasoningGymBundle(Bundle):
     name = "reasoning_gym"
     version = "1"
     teachers = ("label",)  # SFT demonstrations answer with the dataset's own answer
+    # The scores an episode reports (reward=rubric checks a Score's name against them when the plan is built).
+    score_names = ("correct",)
     eval_breakdown = {"dataset": "reward_{}"}  # eval/reward_<dataset>
 
     def __init__(self, datasets: Any = None, *, train_size: int = 256, eval_size: int = 64,
