@@ -71,6 +71,13 @@ def test_rows_are_drawn_by_weight_seeded_each_carrying_its_bundle(mix):
     assert len(set(rg_tasks)) == 40
 
 
+def test_a_list_of_groups_names_each_group_by_its_name_or_its_env():
+    listed = load_bundle("mix", bundles=[{"name": "full", "env": "gridsim", "weight": 1},
+                                         {"env": "gridsim", "weight": 3, "prompt_style": "compact"}], train_size=8)
+    assert Counter(group_of(listed, "train", i) for i in range(8)) == {"full": 2, "gridsim": 6}
+    assert [m.bundle.prompt_style for m in listed.members] == ["full", "compact"]
+
+
 def test_the_eval_split_takes_each_bundles_eval_tasks_in_turn(mix):
     gridsim_eval = load_bundle("gridsim").splits()["eval"]
     assert mix.splits()["eval"] == gridsim_eval + 6
