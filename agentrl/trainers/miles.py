@@ -190,6 +190,17 @@ class MilesTrainer(TrainerBase):
             raise MilesConfigError(f"trainer.ref_checkpoint {t.ref_checkpoint} does not exist")
         return self.model_args(self.settings) or []
 
+    def env_app(self, token: str | None) -> Any:
+        """The env server app this run serves the plan's bundle with, as `env.server` and `sandbox` set it."""
+        from agentrl.envs.server import build_app
+
+        server = self.settings.env.server
+        # The reward group's weighting is applied by the env server: Miles' agent call carries no reward_fn.
+        return build_app(self.plan.bundle, max_concurrent_envs=server.max_concurrent_envs, token=token,
+                         reward=self.plan.reward, sandbox=dataclasses.asdict(self.settings.sandbox),
+                         tool_timeout=server.tool_timeout, reset_timeout=server.reset_timeout,
+                         session_idle_timeout=server.session_idle_timeout)
+
     def _start_env_server(self) -> tuple[str, Any, str | None, str | None]:
         """(url, stop or None, token variable, token) for the env server the rows will name."""
         server = self.settings.env.server
@@ -199,16 +210,12 @@ class MilesTrainer(TrainerBase):
             if var and not token:
                 raise MilesConfigError(f"env.server.token_var={var} but that environment variable is unset")
             return server.url, None, var, token
-        from agentrl.envs.server import build_app, start_server_in_thread
+        from agentrl.envs.server import start_server_in_thread
 
         if var and not token:
             token = secrets.token_urlsafe(32)  # a fresh server: its token is ours to choose
             os.environ[var] = token
-        # The reward group's weighting is applied by the env server: Miles' agent call carries no reward_fn.
-        app = build_app(self.plan.bundle, max_concurrent_envs=server.max_concurrent_envs, token=token,
-                        reward=self.plan.reward, sandbox=dataclasses.asdict(self.settings.sandbox),
-                        tool_timeout=server.tool_timeout, reset_timeout=server.reset_timeout)
-        url, stop = start_server_in_thread(app, server.host, server.port)
+        url, stop = start_server_in_thread(self.env_app(token), server.host, server.port)
         host = _advertised(server.host)
         url = url.replace(f"//{server.host}:", f"//{host}:", 1) if host != server.host else url
         return url, stop, var, token

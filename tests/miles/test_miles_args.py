@@ -255,6 +255,16 @@ def test_trainer_construction_checks_the_plans_settings(tmp_path):
     assert MilesTrainer.save_dir(trainer.settings.trainer, tmp_path) == Path("/ckpt")
 
 
+def test_the_env_server_miles_serves_takes_env_server_and_sandbox_settings(tmp_path):
+    plan = _miles_plan(tmp_path, "env.server.max_concurrent_envs=3", "env.server.tool_timeout=7",
+                       "env.server.reset_timeout=9", "env.server.session_idle_timeout=11")
+    app = MilesTrainer(plan=plan, tracker=None).env_app(token="t")
+    served, sessions = app.state.served, app.state.sessions
+    assert (served.tool_timeout, served.reset_timeout) == (7.0, 9.0)
+    assert (sessions.max_sessions, sessions.idle_timeout) == (3, 11.0)
+    assert served.bundle is plan.bundle
+
+
 def test_the_launch_refuses_an_untyped_config():
     """A DictConfig would answer the same attribute reads: the launch says to pass plan.settings instead."""
     with pytest.raises(TypeError, match="pass plan.settings"):
