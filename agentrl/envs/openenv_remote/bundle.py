@@ -14,7 +14,8 @@ turn before the env says done ends the episode with the reward so far. Tasks com
 file of `{"split", "prompt", "system_prompt", "reset": {...}, "task_id"}` rows) or from seeds: `train_size`
 and `eval_size` resets with `{seed_key: seed + i}`, the eval seeds after the train seeds (no overlap).
 `env.teacher` names a scripted policy whose real plays of the server are the warm start's demonstrations
-(`teacher.py`); `env.serve` names an app to serve here when `env.url` is null (the example's, in its recipe).
+(`teacher.py`); `env.serve` names an app to serve here when `env.url` is null (the example's, in its recipe), or an OpenEnv
+environment folder whose `openenv.yaml` says where its app is (`local_app.py`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentrl.envs.openenv_remote.local_app import LocalApp, local_app
 from agentrl.envs.openenv_remote.remote import RemoteEnvError, RemoteSession, auth_headers, base_url, probe
-from agentrl.envs.openenv_remote.teacher import load_callable, load_policy, play_demonstration
+from agentrl.envs.openenv_remote.teacher import load_policy, play_demonstration
 from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
 
 DEFAULT_SYSTEM = "You act in an environment through its tools. Call them until the task is done."
@@ -84,13 +86,15 @@ def read_tasks(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     return by_split
 
 
-def serve_locally(spec: str) -> tuple[str, Any]:
-    """(base URL, stop) of the app `env.serve` names (`package.module:function` returning an ASGI app, e.g. the
-    example's `app`), served on a free local port in a daemon thread for as long as this process runs."""
+def serve_locally(spec: str) -> tuple[str, LocalApp]:
+    """(base URL, the app) of what `env.serve` names (an OpenEnv environment folder with its openenv.yaml, or
+    `package.module:function` returning an ASGI app, e.g. the example's `app`), served on a free local port in a
+    daemon thread for as long as this process runs."""
     from agentrl.serving import start_server_in_thread
 
-    _, make_app = load_callable(spec, "env.serve")
-    return start_server_in_thread(make_app(), "127.0.0.1", 0)
+    served = local_app(spec)
+    url, _ = start_server_in_thread(served.app, "127.0.0.1", 0)
+    return url, served
 
 
 class OpenEnvEpisode(Episode):
@@ -199,7 +203,7 @@ class OpenEnvBundle(Bundle):
                         "connect_timeout": connect_timeout, "step_timeout": step_timeout,
                         "room_timeout": room_timeout, "teacher": teacher}
         # A server started here has a new port each time: the data (and the warm start's cache key) is the app's.
-        self._data_url = f"serve:{serve}" if served else self.url
+        self._data_url = served.key if served else self.url
         self.headers = auth_headers(token_var)
         # A scripted policy named by env.teacher plays the demonstrations: the bundle's one teacher, by its name.
         self._policy = None
@@ -213,7 +217,8 @@ class OpenEnvBundle(Bundle):
         schema, meta = probe(self.url, self.headers, float(connect_timeout))  # unreachable: fails now
         self.name = "openenv"
         self.version = str(meta.get("version") or "0")
-        self.env_name = str(meta.get("name") or "remote")
+        # An environment folder's manifest names it (its server's /metadata says only the class's name).
+        self.env_name = (served and served.name) or str(meta.get("name") or "remote")
         self.tool_names: set[str] | None = None
         self.mode, self.tools = self._discover(mode, tools, schema.get("action") or {})
 
