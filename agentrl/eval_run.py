@@ -16,9 +16,9 @@ from tqdm import tqdm
 
 from agentrl.config.sampling import Sampling
 from agentrl.plan import Plan
-from agentrl.run import engine_unavailable, job_plan
+from agentrl.run import dataset_ref, engine_unavailable, job_plan
 from agentrl.tracking.eval_lookup import RunLookupError, final_model_of, looks_like_run_id
-from agentrl.tracking.tracker import DatasetRef, Tracker
+from agentrl.tracking.tracker import Tracker
 from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.eval_results import EvalSink
 from agentrl.trainers.evaluate import eval_indices, evaluate
@@ -101,9 +101,7 @@ def run_eval(cfg: DictConfig) -> float | None:
     tracker.set_tags({RUN_KIND_TAG: EVALUATION, "agentrl.eval.model": model, "agentrl.eval.split": split,
                       "agentrl.eval.samples": e.samples})
     bundle = plan.bundle
-    tracker.log_datasets([DatasetRef(name=bundle.name, context="eval", split=split, rows=bundle.splits()[split],
-                                     version=str(getattr(bundle, "version", "")),
-                                     source=str(getattr(bundle, "folder", None) or bundle.name))])
+    tracker.log_datasets([dataset_ref(bundle, "eval", split)])
     print(f"evaluating   {model}\non           {choices.get('env')} ({bundle.name}) split {split}: {tasks} tasks x "
           f"{e.samples} samples, agent {choices.get('agent')}, inference {choices.get('inference')}\n"
           f"sampling     {sampling.request_kwargs()}", flush=True)
@@ -111,7 +109,7 @@ def run_eval(cfg: DictConfig) -> float | None:
     from agentrl.trainers.services import start_services  # torch loads only once the plan is checked
 
     try:
-        services = start_services(cfg, plan, model)
+        services = start_services(plan, model)
         try:
             with tqdm(total=tasks, desc="eval", unit="task", dynamic_ncols=True) as bar:
                 metrics, _ = evaluate(services, bundle, split, limit=e.limit, sampling=sampling,

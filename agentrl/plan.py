@@ -217,9 +217,9 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # A teacher the bundle does not offer fails here, before any model is made or trained.
     from agentrl.trainers.warm_start import teacher_problem
 
-    if problem := teacher_problem(cfg, bundle):
+    if problem := teacher_problem(settings.trainer, bundle):
         raise PlanError(problem)
-    resume = plan_resume(cfg, choices, trainer_cls)
+    resume = plan_resume(settings, choices, trainer_cls)
     # Last: an MLflow store is opened only for a config that passed every check above.
     tracker = build(cfg.logger, "logger", output_root=settings.paths.output_root) if tracked else None
     return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, notes=notes, resume=resume,
@@ -239,11 +239,11 @@ def typed_settings(cfg: DictConfig) -> Any:
         raise PlanError(f"{key} is not set: it has no default; set it, e.g. {key}=...") from None
 
 
-def plan_resume(cfg: DictConfig, choices: dict[str, str | None], trainer_cls: type) -> Any:
+def plan_resume(settings: Any, choices: dict[str, str | None], trainer_cls: type) -> Any:
     """What `trainer.resume` resumes, checked against the checkpoint's config (None: a fresh start)."""
     from agentrl.trainers.resume import ResumeError, resolve_resume, resume_mode
 
-    asked = resume_mode(cfg.trainer.get("resume"))
+    asked = resume_mode(settings.trainer.resume)
     if asked is None:
         return None
     kind = trainer_cls.checkpoint_kind
@@ -253,6 +253,6 @@ def plan_resume(cfg: DictConfig, choices: dict[str, str | None], trainer_cls: ty
         raise PlanError(f"trainer.resume={asked}: trainer {choices.get('trainer') or trainer_cls.__name__} does not "
                         "resume (the built-in grpo and trl do; miles takes trainer.resume=latest only)")
     try:
-        return resolve_resume(cfg, choices, kind)
+        return resolve_resume(settings, choices, kind)
     except ResumeError as exc:
         raise PlanError(str(exc)) from exc

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from agentrl.config.register import recipe_names
 from agentrl.config.validate import UnknownKeyError, check_typed_keys
+from agentrl.envs.task import Bundle
 from agentrl.group_filter import AllGroupsFailing
 from agentrl.plan import Plan, PlanError, build_plan
 from agentrl.tracking.tracker import DatasetRef, Tracker
@@ -40,18 +41,19 @@ def check_recipe(cfg: DictConfig) -> None:
         )
 
 
+def dataset_ref(bundle: Bundle, context: str, split: str) -> DatasetRef:
+    """Split `split` of `bundle` as an MLflow dataset input that the run uses as `context` (train or eval)."""
+    return DatasetRef(name=bundle.name, context=context, split=split, rows=bundle.splits()[split],
+                      version=bundle.version, source=bundle.data_source(),
+                      options=tuple(sorted(bundle.data_options().items())))
+
+
 def dataset_refs(plan: Plan) -> list[DatasetRef]:
     """The bundle's train and eval splits as MLflow dataset inputs (one entry when both are the same split)."""
-    env, bundle = plan.settings.env, plan.bundle
-    counts = bundle.splits()
-    options = getattr(bundle, "data_options", dict)()
-    source = str(getattr(bundle, "folder", None) or bundle.name)  # a folder bundle's files live there
+    env = plan.settings.env
     refs: dict[str, DatasetRef] = {}
     for context, split in (("train", env.train_split), ("eval", env.eval_split)):
-        ref = DatasetRef(name=bundle.name, context=context, split=split, rows=counts[split],
-                         version=str(getattr(bundle, "version", "")), source=source,
-                         options=tuple(sorted(options.items())))
-        refs.setdefault(split, ref)
+        refs.setdefault(split, dataset_ref(plan.bundle, context, split))
     return list(refs.values())
 
 

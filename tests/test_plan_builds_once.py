@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[1] / "agentrl"
 # Entry points that serve one group with no training plan of their own (python -m agentrl.envs.serve, ...).
 STANDALONE_SERVERS = {"envs/serve.py", "inference/serve.py"}
 # Modules that take everything from the plan (its objects and `plan.settings`) and read no `cfg` at all.
-CFG_FREE = ["trainers/services.py", "trainers/learner.py", "devices.py", "trl_rank.py"]
+CFG_FREE = ["trainers/services.py", "trainers/learner.py", "devices.py", "trl_rank.py",
+            "trainers/sft.py", "trainers/warm_start.py", "trainers/resume.py", "trainers/grpo.py",
+            "trainers/miles.py", "trainers/miles_args.py"]
 
 
 def _calls_instantiate(tree: ast.AST) -> list[int]:
@@ -76,3 +78,13 @@ def test_a_logger_setting_its_tracker_refuses_fails_as_a_plan_error(tmp_path: Pa
     cfg = _cfg(tmp_path, "+recipe=gridsim_grpo", "logger.heartbeat_s=0")
     with pytest.raises(PlanError, match=r"logger: .*logger.heartbeat_s must be > 0"):
         build_plan(cfg, choices={}, run_dir=tmp_path / "run", tracked=True)
+
+
+def test_the_agent_settings_declare_their_roles(tmp_path: Path) -> None:
+    """What services and policies read (`agent.role_list()`): a multi-role pattern's roles, typed; none for the
+    single agent, whose schema has no `roles` key."""
+    plan = build_plan(_cfg(tmp_path, "env=arith", "agent=thinker_verifier", "agent.roles.1.frozen=true"), choices={},
+                      run_dir=tmp_path / "run")
+    assert [(r.name, r.frozen) for r in plan.settings.agent.role_list()] == [("thinker", False), ("verifier", True)]
+    single = build_plan(_cfg(tmp_path, "env=arith"), choices={}, run_dir=tmp_path / "run")
+    assert single.settings.agent.role_list() == []

@@ -130,7 +130,7 @@ def test_a_trainers_eval_samples_with_the_training_top_k_and_greedy_with_tempera
                    "trainer.top_k=3", "trainer.top_p=0.9", "trainer.temperature=0.8", "trainer.eval_limit=2",
                    "trainer.warm_start.enabled=false", f"paths.output_root={tmp_path}")
     plan = build_plan(cfg, choices={"env": "arith"}, run_dir=tmp_path / "run")
-    services = start_services(cfg, plan, tiny)
+    services = start_services(plan, tiny)
     calls: list[dict[str, Any]] = []
     generate = services.engine.generate
 

@@ -45,6 +45,20 @@ class AgentConfig:
             if not numbers or float(bounds[0]) > float(bounds[1]):
                 raise ValueError(f"agent.health.{metric} must be [low, high] with low <= high, not {list(bounds)}")
 
+    def role_list(self) -> list[RoleConfig]:
+        """The pattern's roles (`agent.roles`, a multi-role pattern's); [] for a single-agent pattern."""
+        return []
+
+
+@dataclass
+class MultiRoleAgentConfig(AgentConfig):
+    """A pattern whose episode is played by named roles, each with its prompt and, optionally, its own model."""
+
+    roles: list[RoleConfig] = field(default_factory=list)
+
+    def role_list(self) -> list[RoleConfig]:
+        return list(self.roles)
+
 
 @dataclass
 class ToolCallingAgentConfig(AgentConfig):
@@ -52,7 +66,7 @@ class ToolCallingAgentConfig(AgentConfig):
 
 
 @dataclass
-class CoEvolutionAgentConfig(AgentConfig):
+class CoEvolutionAgentConfig(MultiRoleAgentConfig):
     _target_: str = "agentrl.agents.co_evolution.CoEvolutionAgent"
     num_parallel: int = 5  # solvers, and rewriters, per prompt
     # How the selector picks: "judgment" (Miles: it replies `Judgment: IDX` and takes that rewrite's score) or
@@ -88,7 +102,7 @@ class CoEvolutionAgentConfig(AgentConfig):
 
 
 @dataclass
-class ThinkerVerifierAgentConfig(AgentConfig):
+class ThinkerVerifierAgentConfig(MultiRoleAgentConfig):
     _target_: str = "agentrl.agents.thinker_verifier.ThinkerVerifierAgent"
     max_turns: int = 6
     # "verdict": the verifier accepts by replying ACCEPT; "agreement": also when it re-solves the task to the same
@@ -111,7 +125,7 @@ class ThinkerVerifierAgentConfig(AgentConfig):
 
 
 @dataclass
-class AdversarialAgentConfig(AgentConfig):
+class AdversarialAgentConfig(MultiRoleAgentConfig):
     _target_: str = "agentrl.agents.adversarial.AdversarialAgent"
     roles: list[RoleConfig] = field(
         default_factory=lambda: [
@@ -122,7 +136,7 @@ class AdversarialAgentConfig(AgentConfig):
 
 
 @dataclass
-class SelfPlayAgentConfig(AgentConfig):
+class SelfPlayAgentConfig(MultiRoleAgentConfig):
     """Every seat of a multi-player game (env=textarena): seat n is played by the n-th role, each role its own
     conversation; roles on the shared policy are one model playing itself, a role's `model` makes it two."""
 

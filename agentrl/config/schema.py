@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,3 +33,10 @@ class RunConfig:
     dry_run: bool = False
     # What `python -m agentrl eval` plays (agentrl/config/evaluation.py); a training run ignores it.
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+def settings_dict(settings: RunConfig) -> dict[str, Any]:
+    """The typed settings (`Plan.settings`) as plain data, interpolations already resolved: the one way the whole
+    config is recorded or sent (a checkpoint's record, a TRL rank's portable spec). Equal to the composed config's
+    `OmegaConf.to_container(cfg, resolve=True)`, so records written from either compare alike."""
+    return dataclasses.asdict(settings)

@@ -125,6 +125,13 @@ class WarmStartConfig:
 
 
 @dataclass
+class WarmStartSettings:
+    """The trainers that start from an SFT warm start (grpo, trl) carry `trainer.warm_start`."""
+
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+
+@dataclass
 class DependencyWatchConfig:
     """The circuit breaker on the env server and the engine (docs/training.md, "When a dependency dies"); the
     trainers that play rollouts through our services (grpo, trl) carry these keys."""
@@ -167,7 +174,7 @@ class LRScheduleConfig:
 
 
 @dataclass
-class GRPOTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
+class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
     _target_: str = "agentrl.trainers.grpo.GRPOTrainer"
     prompts_per_step: int = 4  # distinct rows (e.g. days) per step
     samples_per_prompt: int = 8  # rollouts per row: one GRPO group
@@ -203,7 +210,6 @@ class GRPOTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
     checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id>
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device (SGLang: cuda when there)
     threads: int = 0  # torch CPU threads for the GRPO loop (after the warm start); 0: torch's default
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
     def __post_init__(self) -> None:
         check_algorithm(self)
@@ -310,7 +316,7 @@ class MilesTrainerConfig(TrainerConfig):
 
 
 @dataclass
-class TRLTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
+class TRLTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
     """TRL's GRPOTrainer playing our agent through its `rollout_func` (docs/trl.md); same keys as `grpo` where
     TRL has the setting. A key TRL lacks keeps a neutral default, and another value fails when the plan is built."""
 
@@ -339,7 +345,6 @@ class TRLTrainerConfig(LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
     device: str = "auto"  # cpu | cuda; auto: cuda when there (accelerate places each process)
     threads: int = 0  # torch CPU threads per process (after the warm start); 0: torch's default
     extra_args: dict[str, Any] = field(default_factory=dict)  # more GRPOConfig fields, verbatim (names checked)
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
     def __post_init__(self) -> None:
         DependencyWatchConfig.__post_init__(self)

@@ -215,6 +215,9 @@ class FolderBundle(Bundle):
     def splits(self) -> dict[str, int]:
         return dict(self._counts)
 
+    def data_source(self) -> str:
+        return str(self.folder)
+
     def rows(self, split: str) -> list[dict[str, Any]]:
         """A split's stored records (loaded once); KeyError for an unknown split."""
         if split not in self._counts:

@@ -123,6 +123,11 @@ class Bundle(ABC):
         anything made from that data and cached (the SFT warm start). {} when no option does."""
         return {}
 
+    def data_source(self) -> str:
+        """Where the bundle's rows come from, as the run's MLflow dataset inputs name it: its name (a folder
+        bundle: its folder)."""
+        return self.name
+
     def metrics(self) -> dict[str, float]:
         """Metrics of the bundle's own state the trainer logs each step beside its own (reasoning_gym's
         curriculum: `env/level`). {} when there are none."""

@@ -75,15 +75,14 @@ class GRPOTrainer(TrainerBase):
     checkpoint_kind = AGENTRL  # what trainer.resume resolves to at plan time (resume.py): step-NNNNNN/state.pt
 
     def __init__(self, *, plan: Any, tracker: Any) -> None:
-        cfg = plan.cfg
-        self.cfg, self.plan, self.tracker = cfg, plan, tracker
+        self.plan, self.tracker = plan, tracker
         self.settings = plan.settings  # the typed config (`RunConfig`): what this trainer reads
         self.t = t = self.settings.trainer
         if t.samples_per_prompt < 2:
             raise ValueError("trainer.samples_per_prompt must be at least 2: GRPO compares samples within a group")
         # One policy per distinct role model (checked here, so a bad path fails before any setup); the shared
         # policy `main` joins them in setup, once its start folder is known. Only multi-role patterns have roles.
-        self.policies: list[Policy] = plan_policies(getattr(self.settings.agent, "roles", None))
+        self.policies: list[Policy] = plan_policies(self.settings.agent.role_list())
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
         self.streak = FailureStreak(t.max_drops_in_a_row)
         self.times: Counter[str] = Counter()  # wall seconds: warm_start, train, eval
@@ -110,15 +109,15 @@ class GRPOTrainer(TrainerBase):
 
     def setup(self, plan: Any) -> int:
         """Build everything `plan` asks for; returns the first step to run (1, or the one after the checkpoint)."""
-        self.plan, s, cfg = plan, self.settings, self.cfg
+        self.plan, s = plan, self.settings
         torch.manual_seed(s.seed)
         random.seed(s.seed)
         self.root = checkpoint_root(s, self.tracker.run_id)
         # The plan resolved and checked trainer.resume (latest, a run id or a folder); None: a fresh start.
         resume_from = plan.resume.checkpoint if plan.resume is not None else None
-        self.record = checkpoint_record(cfg, plan.choices, self.tracker.run_id)
+        self.record = checkpoint_record(plan, self.tracker.run_id)
         started = time.monotonic()
-        start_path = str(resume_from / "model") if resume_from else warm_start_path(cfg, plan, self.tracker)
+        start_path = str(resume_from / "model") if resume_from else warm_start_path(plan, self.tracker)
         self.times["warm_start"] += time.monotonic() - started
         self.policies = [main_policy(start_path), *(p for p in self.policies if p.name != MAIN)]
         # After the warm start: SFT's large batches want every core, the rollout loop may want fewer.
@@ -132,7 +131,7 @@ class GRPOTrainer(TrainerBase):
         self.rows = RowStream(plan.bundle.splits()[s.env.train_split], s.seed)
         first = self._restore(resume_from) if resume_from is not None else 1
         self.trained_cursor = self.rows.cursor
-        self.services = start_services(cfg, plan, start_path, self.policies)
+        self.services = start_services(plan, start_path, self.policies)
         self.services.runner.traces = plan.tracker  # episode traces: every eval play, a sample of training's
         self.ready = PlayAhead(self._play_step, first=first, last=self.t.steps, overlap=self.t.off_policy_steps > 0)
         return first

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from agentrl.config.schema import RunConfig, settings_dict
 
 RECORD = "agentrl_run.json"
 AGENTRL, TRANSFORMERS = "agentrl", "transformers"  # the two checkpoint layouts
@@ -64,10 +64,11 @@ def checkpoint_step(folder: Path, kind: str) -> int | None:
     return int(m.group(1)) if m and (Path(folder) / marker).is_file() else None
 
 
-def checkpoint_record(cfg: DictConfig, choices: dict[str, Any], run_id: str | None) -> dict[str, Any]:
-    """What a checkpoint records about its run (written into each checkpoint as `agentrl_run.json`)."""
-    return {"run_id": run_id, "choices": {g: choices.get(g) for g in GROUPS},
-            "config": OmegaConf.to_container(cfg, resolve=True)}
+def checkpoint_record(plan: Any, run_id: str | None) -> dict[str, Any]:
+    """What a checkpoint records about the run of `plan` (written into each checkpoint as `agentrl_run.json`):
+    its MLflow run id, its group choices and its whole resolved config."""
+    return {"run_id": run_id, "choices": {g: plan.choices.get(g) for g in GROUPS},
+            "config": settings_dict(plan.settings)}
 
 
 def write_record(folder: Path, record: dict[str, Any], step: int) -> None:
@@ -122,10 +123,10 @@ def identity(config: dict[str, Any], choices: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def differences(record: dict[str, Any], cfg: DictConfig, choices: dict[str, Any]) -> list[str]:
-    """`key: saved -> now` for every identity key that differs between a checkpoint's record and this config."""
+def differences(record: dict[str, Any], settings: RunConfig, choices: dict[str, Any]) -> list[str]:
+    """`key: saved -> now` for every identity key that differs between a checkpoint's record and `settings`."""
     saved = identity(record.get("config") or {}, record.get("choices") or {})
-    now = identity(OmegaConf.to_container(cfg, resolve=True), choices)
+    now = identity(settings_dict(settings), choices)
     return [f"{key}: {saved.get(key, '<absent>')} -> {now.get(key, '<absent>')}"
             for key in sorted(set(saved) | set(now)) if saved.get(key) != now.get(key)]
 
@@ -174,10 +175,12 @@ def _run_id_of(folder: Path, kind: str) -> str | None:
     return None
 
 
-def _task_roots(cfg: DictConfig) -> list[Path]:
-    if cfg.trainer.get("checkpoint_path"):
-        return [Path(cfg.trainer.checkpoint_path)]
-    return sorted(p for p in (Path(cfg.paths.checkpoint_dir) / cfg.task_name).glob("*") if p.is_dir())
+# A trainer with a checkpoint layout (grpo, trl) carries `trainer.checkpoint_path` (null: the run's folder under
+# <paths.checkpoint_dir>/<task_name>, `step_parts.checkpoint_root`).
+def _task_roots(settings: RunConfig) -> list[Path]:
+    if settings.trainer.checkpoint_path:
+        return [Path(settings.trainer.checkpoint_path)]
+    return sorted(p for p in (Path(settings.paths.checkpoint_dir) / settings.task_name).glob("*") if p.is_dir())
 
 
 def _newest(roots: list[Path], kind: str) -> Path | None:
@@ -189,11 +192,12 @@ def _looks_like_folder(value: str) -> bool:
     return os.sep in value or value.startswith((".", "~")) or Path(value).expanduser().exists()
 
 
-def _find(cfg: DictConfig, asked: str, kind: str) -> tuple[Path | None, str]:
+def _find(settings: RunConfig, asked: str, kind: str) -> tuple[Path | None, str]:
     """The checkpoint `asked` names (None: latest found none) and where `latest` looked."""
+    own, checkpoint_dir = settings.trainer.checkpoint_path, settings.paths.checkpoint_dir
     if asked == "latest":
-        roots = _task_roots(cfg)
-        where = str(cfg.trainer.checkpoint_path or Path(cfg.paths.checkpoint_dir) / cfg.task_name / "*")
+        roots = _task_roots(settings)
+        where = str(own or Path(checkpoint_dir) / settings.task_name / "*")
         return _newest(roots, kind), where
     if _looks_like_folder(asked):
         folder = Path(asked).expanduser().resolve()
@@ -207,34 +211,35 @@ def _find(cfg: DictConfig, asked: str, kind: str) -> tuple[Path | None, str]:
         raise ResumeError(f"trainer.resume={asked}: {folder} is not a checkpoint of this trainer and holds none "
                           f"({pattern})")
     # An MLflow run id: its checkpoints live under <checkpoint_dir>/<task>/<run id> (any task) or checkpoint_path.
-    if cfg.trainer.get("checkpoint_path"):
-        mine = [p for _, p in checkpoints(Path(cfg.trainer.checkpoint_path), kind) if _run_id_of(p, kind) == asked]
+    if own:
+        mine = [p for _, p in checkpoints(Path(own), kind) if _run_id_of(p, kind) == asked]
         if mine:
             return mine[-1], ""
-    elif folder := _newest(sorted(Path(cfg.paths.checkpoint_dir).glob(f"*/{asked}")), kind):
+    elif folder := _newest(sorted(Path(checkpoint_dir).glob(f"*/{asked}")), kind):
         return folder, ""
-    known = sorted({_run_id_of(c[-1][1], kind) or root.name for root in _task_roots(cfg)
+    known = sorted({_run_id_of(c[-1][1], kind) or root.name for root in _task_roots(settings)
                     if (c := checkpoints(root, kind))})
-    where = cfg.trainer.checkpoint_path or f"{cfg.paths.checkpoint_dir}/*/{asked}"
+    where = own or f"{checkpoint_dir}/*/{asked}"
     raise ResumeError(f"trainer.resume={asked}: no checkpoint of an MLflow run {asked} (looked in {where}); "
-                      f"the runs of task {cfg.task_name} with checkpoints: {', '.join(known) or 'none'}. "
+                      f"the runs of task {settings.task_name} with checkpoints: {', '.join(known) or 'none'}. "
                       "Give a run id from those, latest, or a checkpoint folder")
 
 
-def resolve_resume(cfg: DictConfig, choices: dict[str, Any], kind: str) -> ResumeTarget | None:
-    """The checkpoint `trainer.resume` names, checked against this config (None: no resume asked)."""
-    asked = resume_mode(cfg.trainer.get("resume"))
+def resolve_resume(settings: RunConfig, choices: dict[str, Any], kind: str) -> ResumeTarget | None:
+    """The checkpoint `trainer.resume` names, checked against the run's typed `settings` (None: no resume
+    asked)."""
+    asked = resume_mode(settings.trainer.resume)
     if asked is None:
         return None
-    folder, searched = _find(cfg, asked, kind)
+    folder, searched = _find(settings, asked, kind)
     if folder is None:
         return ResumeTarget(asked, None, searched=searched)
     record = read_record(folder)
     if record is None:
         diffs = [f"{folder} records no config (it predates {RECORD}): nothing to compare"]
     else:
-        diffs = differences(record, cfg, choices)
-    if diffs and not cfg.trainer.get("resume_force"):
+        diffs = differences(record, settings, choices)
+    if diffs and not settings.trainer.resume_force:
         raise ResumeError(f"trainer.resume={asked}: checkpoint {folder} was made with a different config: "
                           f"{'; '.join(diffs)}. Resume with the same settings, or set trainer.resume_force=true "
                           "(the run's params keep their old values; the differences are tagged on the run)")

@@ -61,13 +61,12 @@ def dependency_breaker(t: Any, env_url: str, engine_url: str) -> Breaker | None:
                    on_loss=t.on_dependency_loss, notes=FailureNotes(t.warn_failure_share))
 
 
-def start_services(cfg: Any, plan: Any, model_path: str, policies: Sequence[Policy] = ()) -> RolloutServices:
+def start_services(plan: Any, model_path: str, policies: Sequence[Policy] = ()) -> RolloutServices:
     """Start the engine on `model_path` (the shared policy, `main`), a session server over it, and the env server
     (unless env.server.url). Every other policy in `policies` that is a model folder gets its own engine (on
     `policy.path`) and session server.
 
     Everything comes from the plan: its engine factory, its bundle, agent and reward, and its typed settings.
-    `cfg` is not read (callers still pass it; it goes once they do not).
     """
     from agentrl.envs.server import build_app, start_server_in_thread
     from agentrl.inference.server import start_session_server
@@ -98,8 +97,7 @@ def start_services(cfg: Any, plan: Any, model_path: str, policies: Sequence[Poli
             own = start_session_server(engines[policy.name], host=inference.host, port=0, **session_options)
             stops.append(own.stop)
             servers[policy.name] = own.base_url
-        roles = getattr(settings.agent, "roles", None) or []  # only the multi-role patterns' schemas have roles
-        frozen = [r.name for r in roles if r.frozen] + untrained_roles(policies)
+        frozen = [r.name for r in settings.agent.role_list() if r.frozen] + untrained_roles(policies)
         runner = RolloutRunner(agent_for(plan.agent), session_server, reward=plan.reward,
                                frozen_roles=frozen, **routing(policies, servers))
         runner.breaker = dependency_breaker(settings.trainer, env_url, session_server.base_url)

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 from tqdm import tqdm
 
+from agentrl.config.schema import RunConfig
+from agentrl.config.trainer import SFTTrainerConfig, WarmStartConfig
 from agentrl.console import progress
 from agentrl.devices import model_device, set_threads, train_device
 from agentrl.fsutil import atomic_dir
@@ -36,10 +37,9 @@ from agentrl.trainers.protocol import TrainerBase
 
 log = logging.getLogger(__name__)
 
-
-
 # The settings of an SFT run: `trainer` (trainer=sft) and `trainer.warm_start` (GRPO's warm start) both hold them.
 SFT_SETTINGS = ("teacher", "steps", "lr", "batch_samples", "warmup_steps", "augment", "weight_decay")
+SFTSettings = SFTTrainerConfig | WarmStartConfig
 
 
 def data_key(bundle: Any) -> str:
@@ -48,25 +48,25 @@ def data_key(bundle: Any) -> str:
     A bundle without any gives "None", and one option its bare value: the key read `env.prompt_style` before
     bundles declared their options, so warm starts cached then keep their folder names.
     """
-    options = bundle.data_options() if hasattr(bundle, "data_options") else {}
+    options = bundle.data_options()
     return "|".join(map(str, options.values())) if options else "None"
 
 
-def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any, agent: Any = None) -> Path:
+def sft_checkpoint_path(run: RunConfig, settings: SFTSettings, bundle: Any, agent: Any = None) -> Path:
     """Where the SFT result for these settings lives: reused by every run that asks for the same warm start.
 
     The key holds the bundle, its data options, the train split, the base model, the seed, `SFT_SETTINGS`,
     `generated` when set, and, for an agent that makes role demonstrations, its pattern and
     `demonstration_options()` (the folder name then says the pattern): two patterns never share a warm start.
-    `bundle` and `agent` are the plan's (no agent: a run without one).
+    `run` is the plan's typed settings; `bundle` and `agent` are the plan's (no agent: a run without one).
     """
-    env = cfg.env
-    parts = [env.bundle, data_key(bundle), env.train_split, cfg.model.path, cfg.seed,
-             *(settings[k] for k in SFT_SETTINGS)]
-    if settings.get("generated"):  # a later setting: keys without it keep the folder names cached before it
-        parts.append(f"generated={int(settings['generated'])}")
-    if str(cfg.model.get("dtype") or "float32") != "float32":  # likewise: float32 folders keep their names
-        parts.append(f"dtype={cfg.model.dtype}")
+    env = run.env
+    parts = [env.bundle, data_key(bundle), env.train_split, run.model.path, run.seed,
+             *(getattr(settings, k) for k in SFT_SETTINGS)]
+    if settings.generated:  # a later setting: keys without it keep the folder names cached before it
+        parts.append(f"generated={settings.generated}")
+    if run.model.dtype != "float32":  # likewise: float32 folders keep their names
+        parts.append(f"dtype={run.model.dtype}")
     label = Path(str(env.bundle)).name
     if role_demonstrations(agent):
         # Only role-aware warm starts get the extra part: the tool-calling agent's folders keep their names.
@@ -74,7 +74,7 @@ def sft_checkpoint_path(cfg: DictConfig, settings: Any, bundle: Any, agent: Any 
         parts.append(json.dumps(options, sort_keys=True))
         label += f"-{options['pattern']}"
     digest = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:10]
-    return Path(cfg.paths.checkpoint_dir) / "sft" / f"{label}-{settings['teacher']}-s{settings['steps']}-{digest}"
+    return Path(run.paths.checkpoint_dir) / "sft" / f"{label}-{settings.teacher}-s{settings.steps}-{digest}"
 
 
 def lr_schedule(optimizer: torch.optim.Optimizer, steps: int, warmup: int) -> Any:
@@ -166,36 +166,34 @@ class SFTTrainer(TrainerBase):
     """Fine-tunes the run's model on the bundle's demonstrations and saves a Hugging Face folder."""
 
     def __init__(self, *, plan: Any, tracker: Any) -> None:
-        cfg = plan.cfg
-        self.cfg, self.plan, self.tracker = cfg, plan, tracker
-        t = cfg.trainer
-        self.output_dir = Path(t.output_dir) if t.get("output_dir") else \
-            sft_checkpoint_path(cfg, t, plan.bundle, plan.agent)
+        self.plan, self.tracker = plan, tracker
+        t: SFTTrainerConfig = plan.settings.trainer
+        self.output_dir = Path(t.output_dir) if t.output_dir else \
+            sft_checkpoint_path(plan.settings, t, plan.bundle, plan.agent)
 
     def fit(self) -> dict[str, float]:
         """Train, then play the eval split sampled and greedy-decoded; returns the metrics, among them
         `eval/reward`, `eval_greedy/reward`, `time/train_total_s` and `time/eval_total_s`."""
         from agentrl.trainers.services import start_services
 
-        cfg, t = self.cfg, self.cfg.trainer
-        set_threads(cfg)
-        metrics = run_sft(cfg, self.plan, self.output_dir, t, eval_every=int(t.eval_every), tracker=self.tracker)
+        plan = self.plan
+        run, t = plan.settings, plan.settings.trainer
+        set_threads(run)
+        metrics = run_sft(plan, self.output_dir, t, eval_every=t.eval_every, tracker=self.tracker)
         started = time.monotonic()
-        services = start_services(cfg, self.plan, str(self.output_dir))
-        sink = EvalSink(self.tracker, Path(self.plan.run_dir))  # evals/eval-step-<n>.jsonl, as GRPO's
+        services = start_services(plan, str(self.output_dir))
+        sink = EvalSink(self.tracker, Path(plan.run_dir))  # evals/eval-step-<n>.jsonl, as GRPO's
         try:
-            final, _ = evaluate(services, self.plan.bundle, cfg.env.eval_split, limit=t.eval_limit,
-                                sampling=self.plan.sampling, seed_parts=(cfg.seed, "final"), step=int(t.steps),
-                                sink=sink)
-            greedy, _ = evaluate(services, self.plan.bundle, cfg.env.eval_split, limit=t.eval_limit,
-                                 sampling=self.plan.sampling.greedy_copy(), prefix="eval_greedy", step=int(t.steps),
-                                 sink=sink)
+            final, _ = evaluate(services, plan.bundle, run.env.eval_split, limit=t.eval_limit,
+                                sampling=plan.sampling, seed_parts=(run.seed, "final"), step=t.steps, sink=sink)
+            greedy, _ = evaluate(services, plan.bundle, run.env.eval_split, limit=t.eval_limit,
+                                 sampling=plan.sampling.greedy_copy(), prefix="eval_greedy", step=t.steps, sink=sink)
         finally:
             services.close()
         final.update(greedy)
         final["time/eval_total_s"] = metrics.pop("time/eval_total_s") + time.monotonic() - started
         final["time/train_total_s"] = metrics["time/train_total_s"]
-        self.tracker.log(final, step=int(t.steps))
+        self.tracker.log(final, step=t.steps)
         self.tracker.set_tags({"agentrl.checkpoint": str(self.output_dir)})
         if hasattr(self.tracker, "log_model"):
             self.tracker.log_model(self.output_dir)
@@ -206,9 +204,9 @@ class SFTTrainer(TrainerBase):
         return metrics
 
 
-def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval_every: int = 0, tracker: Any = None,
+def run_sft(plan: Any, output_dir: Path, settings: SFTSettings, *, eval_every: int = 0, tracker: Any = None,
             step_offset: int = 0, prefix: str = "") -> dict[str, float]:
-    """Make the base model, train it on the demonstrations `settings` (`SFT_SETTINGS`) name, save it to
+    """Make the plan's base model, train it on the demonstrations `settings` (`SFT_SETTINGS`) name, save it to
     `output_dir`; returns `sft/loss` (the last), `sft/train_s` (wall seconds), and the split of them into
     `time/train_total_s` and `time/eval_total_s` (the evaluations during training).
 
@@ -221,17 +219,17 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
     from agentrl.trainers.services import start_services
     from agentrl.trainers.trained_model import load_trained_model
 
-    torch.manual_seed(int(cfg.seed))
+    run = plan.settings
+    torch.manual_seed(run.seed)
     base_path = plan.model.path()  # the plan's model source: made here the first time (the tiny model)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
-    device = train_device(cfg)
-    model = load_trained_model(base_path, cfg.model, device)  # model.dtype, model.gradient_checkpointing
-    teacher, steps = str(settings["teacher"]), int(settings["steps"])
+    device = train_device(run)
+    model = load_trained_model(base_path, run.model, device)  # model.dtype, model.gradient_checkpointing
+    teacher, steps = settings.teacher, settings.steps
     started = time.monotonic()
-    agent = getattr(plan, "agent", None)
-    data = demonstration_data(tokenizer, plan.bundle, cfg.env.train_split, teacher,
-                                 augment=int(settings["augment"]), seed=int(cfg.seed), agent=agent,
-                                 generated=int(settings.get("generated") or 0))
+    agent = plan.agent
+    data = demonstration_data(tokenizer, plan.bundle, run.env.train_split, teacher, augment=settings.augment,
+                              seed=run.seed, agent=agent, generated=settings.generated)
     kind = f"{type(agent).__name__} role" if role_demonstrations(agent) else "single-agent"
     log.info("SFT on %d %s %s demonstrations of %s for %d steps on %s", len(data), kind, teacher,
              plan.bundle.name, steps, device)
@@ -253,18 +251,18 @@ def run_sft(cfg: DictConfig, plan: Any, output_dir: Path, settings: Any, *, eval
             return
         eval_started = time.monotonic()
         save_hf_folder(model, tokenizer, output_dir)
-        services = start_services(cfg, plan, str(output_dir))
+        services = start_services(plan, str(output_dir))
         try:
-            m, _ = evaluate(services, plan.bundle, cfg.env.eval_split, limit=plan.settings.trainer.eval_limit,
-                            sampling=plan.sampling, seed_parts=(cfg.seed, step), step=step)
+            m, _ = evaluate(services, plan.bundle, run.env.eval_split, limit=run.trainer.eval_limit,
+                            sampling=plan.sampling, seed_parts=(run.seed, step), step=step)
         finally:
             services.close()
         tracker.log({f"{prefix}/{k}" if prefix else k: v for k, v in m.items()}, step=step_offset + step)
         last["eval_s"] += time.monotonic() - eval_started
 
-    train_sft(model, tokenizer, data, steps=steps, lr=float(settings["lr"]), batch_samples=int(settings["batch_samples"]),
-              warmup_steps=int(settings["warmup_steps"]), weight_decay=float(settings["weight_decay"]),
-              seed=int(cfg.seed), on_step=on_step, on_eval=on_eval, eval_every=eval_every)
+    train_sft(model, tokenizer, data, steps=steps, lr=settings.lr, batch_samples=settings.batch_samples,
+              warmup_steps=settings.warmup_steps, weight_decay=settings.weight_decay, seed=run.seed,
+              on_step=on_step, on_eval=on_eval, eval_every=eval_every)
     bar.close()
     save_hf_folder(model, tokenizer, output_dir)
     wall = time.monotonic() - started

@@ -14,29 +14,31 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from agentrl.config.trainer import SFTTrainerConfig, WarmStartSettings
 
 PREFIX = "warm_start"  # the warm start's metrics in the GRPO run: warm_start/loss, warm_start/eval/reward, ...
 
 
-def teacher_setting(cfg: DictConfig) -> tuple[str, str] | None:
-    """(config key, teacher) of the demonstrations this run trains on, or None when it trains on none."""
-    t = cfg.trainer
-    if "teacher" in t:  # trainer=sft
-        return "trainer.teacher", str(t.teacher)
-    ws = t.get("warm_start")
-    if ws is not None and ws.get("enabled") and not ws.get("checkpoint"):
-        return "trainer.warm_start.teacher", str(ws.teacher)
+def teacher_setting(trainer: Any) -> tuple[str, str] | None:
+    """(config key, teacher) of the demonstrations a run with these `trainer` settings trains on, or None when it
+    trains on none."""
+    if isinstance(trainer, SFTTrainerConfig):
+        return "trainer.teacher", trainer.teacher
+    if isinstance(trainer, WarmStartSettings):
+        ws = trainer.warm_start
+        if ws.enabled and not ws.checkpoint:
+            return "trainer.warm_start.teacher", ws.teacher
     return None
 
 
-def teacher_problem(cfg: DictConfig, bundle: Any) -> str | None:
-    """Why this run's teacher cannot be used with `bundle` (not among `bundle.teachers`), or None when it can."""
-    setting = teacher_setting(cfg)
+def teacher_problem(trainer: Any, bundle: Any) -> str | None:
+    """Why the teacher the `trainer` settings name cannot be used with `bundle` (not among `bundle.teachers`), or
+    None when it can."""
+    setting = teacher_setting(trainer)
     if setting is None:
         return None
     key, teacher = setting
-    offered = tuple(getattr(bundle, "teachers", ()))
+    offered = tuple(bundle.teachers)
     if teacher in offered:
         return None
     if not offered:
@@ -46,13 +48,13 @@ def teacher_problem(cfg: DictConfig, bundle: Any) -> str | None:
     return f"{key}={teacher}: bundle {bundle.name} offers the teachers {', '.join(offered)}"
 
 
-def warm_start_path(cfg: DictConfig, plan: Any, tracker: Any = None) -> str:
+def warm_start_path(plan: Any, tracker: Any = None) -> str:
     """The folder training starts from: `trainer.warm_start.checkpoint`, the SFT result (made if missing), or
     the base model (the plan's model source) when the warm start is off. With a tracker, a warm start made here
     is logged to it."""
     from agentrl.trainers.sft import role_demonstrations, run_sft, sft_checkpoint_path
 
-    ws = cfg.trainer.warm_start
+    ws = plan.settings.trainer.warm_start
     if not ws.enabled:
         return plan.model.path()
     if ws.checkpoint:
@@ -60,7 +62,7 @@ def warm_start_path(cfg: DictConfig, plan: Any, tracker: Any = None) -> str:
             raise FileNotFoundError(f"trainer.warm_start.checkpoint={ws.checkpoint} does not exist")
         _tag(tracker, ws.checkpoint, reused=True)
         return str(ws.checkpoint)
-    path = sft_checkpoint_path(cfg, ws, plan.bundle, plan.agent)
+    path = sft_checkpoint_path(plan.settings, ws, plan.bundle, plan.agent)
     if (path / "config.json").is_file():
         print(f"warm start: reusing {path}", flush=True)
         _tag(tracker, path, reused=True)
@@ -68,22 +70,22 @@ def warm_start_path(cfg: DictConfig, plan: Any, tracker: Any = None) -> str:
     roles = " role" if role_demonstrations(plan.agent) else ""
     print(f"warm start: SFT on {ws.teacher}{roles} demonstrations for {ws.steps} steps -> {path}", flush=True)
     started = time.monotonic()
-    run_sft(cfg, plan, path, ws, tracker=tracker, prefix=PREFIX)
+    run_sft(plan, path, ws, tracker=tracker, prefix=PREFIX)
     if tracker is not None:
-        metrics = _evaluate(cfg, plan, path)
+        metrics = _evaluate(plan, path)
         metrics["time/warm_start_total_s"] = time.monotonic() - started
-        tracker.log(metrics, step=int(ws.steps))
+        tracker.log(metrics, step=ws.steps)
     _tag(tracker, path, reused=False)
     return str(path)
 
 
-def _evaluate(cfg: DictConfig, plan: Any, path: Path) -> dict[str, float]:
+def _evaluate(plan: Any, path: Path) -> dict[str, float]:
     """`warm_start/eval/*`: the warm start's model played on the eval split, sampled as the trainer samples."""
     from agentrl.trainers.evaluate import evaluate
     from agentrl.trainers.services import start_services
 
     run = plan.settings
-    services = start_services(cfg, plan, str(path))
+    services = start_services(plan, str(path))
     try:
         metrics, _ = evaluate(services, plan.bundle, run.env.eval_split, limit=run.trainer.eval_limit,
                               sampling=plan.sampling, seed_parts=(run.seed, PREFIX), prefix=f"{PREFIX}/eval")

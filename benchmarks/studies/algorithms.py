@@ -52,7 +52,7 @@ def start_path(home: Path, extra: Sequence[str] = (), recipe: str = RECIPE) -> P
     from agentrl.trainers.warm_start import warm_start_path
 
     cfg = compose([f"+recipe={recipe}", "seed=0", *extra])
-    return Path(warm_start_path(cfg, plan_for(cfg, home / "run-start")))
+    return Path(warm_start_path(plan_for(cfg, home / "run-start")))
 
 
 def mean_se(xs: Sequence[float]) -> tuple[float, float]:

@@ -32,7 +32,7 @@ def scores(cfg, plan, model_path: str, seed: int, temperature: float | None = No
     from agentrl.trainers.evaluate import evaluate
     from agentrl.trainers.services import start_services
 
-    svc = start_services(cfg, plan, model_path)
+    svc = start_services(plan, model_path)
     try:
         sampling = plan.sampling if temperature is None else plan.sampling.at(temperature)
         metrics, played = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=None, sampling=sampling,
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
         wall = float((run_dir / "wall_s.txt").read_text()) if (run_dir / "wall_s.txt").is_file() else float("nan")
         cfg = compose(overrides)
         plan = plan_for(cfg, home / "run-eval")
-        start = warm_start_path(cfg, plan)  # the run's own warm start (made by the run, reused here)
+        start = warm_start_path(plan)  # the run's own warm start (made by the run, reused here)
         m0, before = scores(cfg, plan, start, seed)
         m1, after = scores(cfg, plan, str(run_dir / "final_model"), seed)
         common = sorted(set(before) & set(after))

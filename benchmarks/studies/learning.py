@@ -44,7 +44,7 @@ def eval_both(cfg, plan, model_path: str, limit: int | None, temperature: float,
     from agentrl.trainers.evaluate import evaluate
     from agentrl.trainers.services import start_services
 
-    svc = start_services(cfg, plan, model_path)
+    svc = start_services(plan, model_path)
     greedy: dict[str, float] = {}
     try:
         sampled, played_s = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=limit,
@@ -111,10 +111,10 @@ def part_one(args: argparse.Namespace, home: Path, common: list[str], limit: int
 
     cfg = compose(["+recipe=gridsim_sft", f"trainer.steps={args.sft_steps}", *common, *sft_overrides(args, "trainer")])
     plan = plan_for(cfg, home / "run-sft")
-    out = sft_checkpoint_path(cfg, cfg.trainer, plan.bundle, plan.agent)
+    out = sft_checkpoint_path(plan.settings, plan.settings.trainer, plan.bundle, plan.agent)
     t0 = time.monotonic()
     done = (out / "config.json").is_file()
-    sft = {"sft/loss": float("nan")} if done else run_sft(cfg, plan, out, cfg.trainer)
+    sft = {"sft/loss": float("nan")} if done else run_sft(plan, out, plan.settings.trainer)
     sft_s = time.monotonic() - t0
     m1, _ = eval_both(cfg, plan, str(out), limit, 1.1)
     base = baselines(plan, limit)
@@ -156,7 +156,7 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
     finally:
         tracker.finish()
     grpo_s = time.monotonic() - t0
-    start_path = warm_start_path(cfg2, plan2)  # the SFT(greedy) folder, already made
+    start_path = warm_start_path(plan2)  # the SFT(greedy) folder, already made
     m_start, r_start = eval_both(cfg2, plan2, start_path, limit, 1.1)
     final_path = home / f"grpo-final{args.tag}"
     trainer.learner.model.save_pretrained(final_path)

@@ -50,8 +50,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
         wall = float((run_dir / "wall_s.txt").read_text())
         cfg = compose(overrides)
         plan = plan_for(cfg, home / "run-eval")  # serves the example again, here (the data key is the app's)
-        start = warm_start_path(cfg, plan)  # the run's own warm start (made by the run, reused here)
-        base = warm_start_path(compose([*overrides, "trainer.warm_start.enabled=false"]), plan)
+        start = warm_start_path(plan)  # the run's own warm start (made by the run, reused here)
+        base = plan.model.path()  # the base model the warm start started from
         m_base, untrained = scores(cfg, plan, base, seed)
         m_start, warm = scores(cfg, plan, start, seed)
         m_final, final = scores(cfg, plan, str(run_dir / "final_model"), seed)

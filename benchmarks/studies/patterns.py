@@ -74,7 +74,7 @@ def play_eval(cfg: Any, plan: Any, model_path: str, limit: int, seed: str) -> li
     from agentrl.trainers.rollout import make_row
     from agentrl.trainers.services import start_services
 
-    svc = start_services(cfg, plan, model_path, _role_policies(cfg))
+    svc = start_services(plan, model_path, _role_policies(cfg))
     try:
         rows = [make_row(plan.bundle, cfg.env.eval_split, i, svc.env_url, svc.env_settings)
                 for i in eval_indices(plan.bundle, cfg.env.eval_split, limit)]
@@ -176,7 +176,7 @@ def cmd_pattern(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     from agentrl.trainers.warm_start import warm_start_path
 
     cfg, plan = setup(args, extra, f"pattern-{args.agent or args.recipe}")
-    start = warm_start_path(cfg, plan)
+    start = warm_start_path(plan)
     # --token-budget: train until the rollouts generated that many model tokens (another run's, equal compute)
     trainer, tracker, seconds, final = train(cfg, plan, token_budget=args.token_budget or None)
     before = play_eval(cfg, plan, start, args.eval_limit, "bench")
@@ -207,7 +207,7 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     from agentrl.trainers.warm_start import warm_start_path
 
     cfg, plan = setup(args, extra, "compare-co")
-    start = warm_start_path(cfg, plan)
+    start = warm_start_path(plan)
     if args.co_final:  # a co-evolution model trained before (e.g. by a run whose single agent failed): equal time
         co_s, co_final, budget = float(args.co_seconds), args.co_final, None
     else:
@@ -259,7 +259,7 @@ def cmd_roles(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     from agentrl.trainers.warm_start import warm_start_path
 
     cfg0, plan0 = setup(args, extra, "roles-warm")
-    start = warm_start_path(cfg0, plan0)
+    start = warm_start_path(plan0)
     home = Path(args.home)
     selector, rewriter = home / "role-selector", home / "role-rewriter"
     for folder in (selector, rewriter):  # each role model starts as a copy of the warm start

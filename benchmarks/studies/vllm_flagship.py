@@ -69,7 +69,7 @@ def play_all(cfg: Any, model_path: str, temperature: float | None) -> list[float
     from agentrl.trainers.services import start_services
 
     plan = build_plan(cfg, choices={}, run_dir=Path(model_path).parent / "study")
-    svc = start_services(cfg, plan, model_path)
+    svc = start_services(plan, model_path)
     try:
         sampling = plan.sampling.greedy_copy() if temperature is None else plan.sampling.at(temperature)
         _, played = evaluate(svc, plan.bundle, cfg.env.eval_split, limit=None, sampling=sampling,

@@ -157,7 +157,7 @@ def test_each_model_learns_only_from_its_samples_and_resume_restores_both(models
         # The expected updates: a fresh learner per model, stepping on that model's samples only.
         expected = {}
         for name, learner in ((MAIN, t.learner), ("verifier", verifier.learner)):
-            twin = make_learner(t.cfg.trainer, copy.deepcopy(learner.model), t.tokenizer)
+            twin = make_learner(t.t, copy.deepcopy(learner.model), t.tokenizer)
             twin.optimizer.load_state_dict(learner.optimizer.state_dict())
             twin.step(items_from(played, policy=name)[0])
             expected[name] = (weights(learner.model), weights(twin.model))

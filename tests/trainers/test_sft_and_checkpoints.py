@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import errno
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
+from agentrl.config.env import EnvConfig
+from agentrl.config.model import ModelConfig
+from agentrl.config.paths import PathsConfig
+from agentrl.config.schema import RunConfig
+from agentrl.config.trainer import SFTTrainerConfig, WarmStartConfig
 from agentrl.envs.bundles import load_bundle
 from agentrl.testing.tiny_models import shared_tiny_model
 from agentrl.trainers import checkpoint as ckpt
@@ -152,51 +158,55 @@ def test_lr_schedule_keeps_the_warmup_and_decays_to_a_tenth_at_the_last_step(ste
     assert used[-1] == pytest.approx(0.1 if steps > warmup else 1.0, abs=1e-12)
 
 
-def test_sft_cache_folder_names_stay_those_of_cached_warm_starts() -> None:
-    from omegaconf import OmegaConf
+def run_settings(bundle: str, model: str, checkpoint_dir: str, **model_keys: object) -> RunConfig:
+    """The typed settings the SFT cache key reads (`Plan.settings`' env, model, seed, paths)."""
+    return RunConfig(env=EnvConfig(bundle=bundle), model=ModelConfig(path=model, **model_keys),
+                     paths=PathsConfig(checkpoint_dir=checkpoint_dir), seed=0)
 
+
+def test_sft_cache_folder_names_stay_those_of_cached_warm_starts() -> None:
     from agentrl.trainers.sft import sft_checkpoint_path
 
-    settings = dict(teacher="optimal", steps=1500, lr=3e-3, batch_samples=32, warmup_steps=50, augment=7,
-                    weight_decay=0.0)
+    settings = WarmStartConfig(teacher="optimal", steps=1500, lr=3e-3, batch_samples=32, warmup_steps=50, augment=7,
+                               weight_decay=0.0)
     # Names computed by the key that read env.prompt_style (before bundles declared their data options).
     expected = {("gridsim", "compact"): "gridsim-optimal-s1500-f3b87806ea",
                 ("gridsim", "full"): "gridsim-optimal-s1500-73e74dcaca", ("arith", None): "arith-optimal-s1500-3f3bbe2b3d"}
     for (name, style), folder in expected.items():
-        env = {"bundle": name, "train_split": "train", **({"prompt_style": style} if style else {})}
-        cfg = OmegaConf.create({"env": env, "model": {"path": "/m/tiny"}, "seed": 0, "paths": {"checkpoint_dir": "/ck"}})
         bundle = load_bundle(name, **({"prompt_style": style} if style else {}))
-        assert sft_checkpoint_path(cfg, settings, bundle) == Path("/ck/sft") / folder
+        assert sft_checkpoint_path(run_settings(name, "/m/tiny", "/ck"), settings, bundle) == Path("/ck/sft") / folder
+    # trainer=sft's own settings key alike: the warm start and an SFT run of the same settings share a folder.
+    same = SFTTrainerConfig(teacher="optimal", steps=1500, lr=3e-3, batch_samples=32, warmup_steps=50, augment=7)
+    assert sft_checkpoint_path(run_settings("arith", "/m/tiny", "/ck"), same, load_bundle("arith")).name == \
+        expected[("arith", None)]
+    # A bfloat16 model's folder is its own; float32 keeps the names above.
+    bf16 = sft_checkpoint_path(run_settings("arith", "/m/tiny", "/ck", dtype="bfloat16"), settings, load_bundle("arith"))
+    assert bf16.name.startswith("arith-optimal-s1500-") and bf16.name != expected[("arith", None)]
 
 
 def test_generated_demonstrations_change_the_sft_cache_key_only_when_set() -> None:
-    from omegaconf import OmegaConf
-
     from agentrl.trainers.sft import sft_checkpoint_path
 
-    settings = dict(teacher="optimal", steps=1500, lr=3e-3, batch_samples=32, warmup_steps=50, augment=7,
-                    weight_decay=0.0)
-    cfg = OmegaConf.create({"env": {"bundle": "gridsim", "train_split": "train", "prompt_style": "compact"},
-                            "model": {"path": "/m/tiny"}, "seed": 0, "paths": {"checkpoint_dir": "/ck"}})
+    settings = WarmStartConfig(teacher="optimal", steps=1500, lr=3e-3, batch_samples=32, warmup_steps=50, augment=7,
+                               weight_decay=0.0)
+    run = run_settings("gridsim", "/m/tiny", "/ck")
     bundle = load_bundle("gridsim", prompt_style="compact")
-    before = sft_checkpoint_path(cfg, settings, bundle)
-    assert sft_checkpoint_path(cfg, {**settings, "generated": 0}, bundle) == before
-    more = {sft_checkpoint_path(cfg, {**settings, "generated": n}, bundle) for n in (1000, 2000)}
+    before = sft_checkpoint_path(run, settings, bundle)
+    assert sft_checkpoint_path(run, replace(settings, generated=0), bundle) == before
+    more = {sft_checkpoint_path(run, replace(settings, generated=n), bundle) for n in (1000, 2000)}
     assert len(more) == 2 and before not in more
 
 
 def test_a_data_option_changes_the_sft_cache_key(tmp_path: Path) -> None:
-    from omegaconf import OmegaConf
-
     from agentrl.trainers.sft import sft_checkpoint_path
 
-    settings = dict(teacher="optimal", steps=10, lr=1e-3, batch_samples=2, warmup_steps=1, augment=0, weight_decay=0.0)
-    cfg = OmegaConf.create({"env": {"bundle": "arith", "train_split": "train"}, "model": {"path": "/m"}, "seed": 0,
-                            "paths": {"checkpoint_dir": str(tmp_path)}})
+    settings = WarmStartConfig(teacher="optimal", steps=10, lr=1e-3, batch_samples=2, warmup_steps=1, augment=0,
+                               weight_decay=0.0)
+    run = run_settings("arith", "/m", str(tmp_path))
     paths = set()
     for i in range(2):
         data = tmp_path / f"mine{i}.jsonl"
         data.write_text('{"prompt": "1+1?", "label": "2"}\n')
-        paths.add(sft_checkpoint_path(cfg, settings, load_bundle("arith", data_file=str(data))))
-    paths.add(sft_checkpoint_path(cfg, settings, load_bundle("arith")))
+        paths.add(sft_checkpoint_path(run, settings, load_bundle("arith", data_file=str(data))))
+    paths.add(sft_checkpoint_path(run, settings, load_bundle("arith")))
     assert len(paths) == 3  # two users' files and the shipped rows: three warm starts

@@ -12,21 +12,24 @@ from pathlib import Path
 
 import pytest
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
+from agentrl.config.env import EnvConfig
+from agentrl.config.model import ModelConfig
+from agentrl.config.paths import PathsConfig
+from agentrl.config.schema import RunConfig
+from agentrl.config.trainer import WarmStartConfig
 from agentrl.envs.bundles import load_bundle
 from agentrl.trainers.sft import sft_checkpoint_path
 
 REPO = Path(__file__).resolve().parents[2]
-SETTINGS = dict(teacher="optimal", steps=400, lr=3e-3, batch_samples=32, warmup_steps=50, augment=0,
-                weight_decay=0.0)
+SETTINGS = WarmStartConfig(teacher="optimal", steps=400, lr=3e-3, batch_samples=32, warmup_steps=50, augment=0,
+                           weight_decay=0.0)
 
 
 def _folder(tmp_path: Path, agent: dict | None) -> Path:
-    cfg = OmegaConf.create({"env": {"bundle": "arith", "train_split": "train"}, "model": {"path": "/m/tiny"},
-                            "seed": 0, "paths": {"checkpoint_dir": str(tmp_path)},
-                            **({"agent": agent} if agent is not None else {})})
-    return sft_checkpoint_path(cfg, SETTINGS, load_bundle("arith"), instantiate(agent) if agent else None)
+    run = RunConfig(env=EnvConfig(bundle="arith"), model=ModelConfig(path="/m/tiny"),
+                    paths=PathsConfig(checkpoint_dir=str(tmp_path)), seed=0)
+    return sft_checkpoint_path(run, SETTINGS, load_bundle("arith"), instantiate(agent) if agent else None)
 
 
 def test_each_pattern_gets_its_own_warm_start_folder(tmp_path: Path) -> None:

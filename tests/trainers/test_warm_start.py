@@ -74,6 +74,25 @@ def test_the_teacher_is_not_checked_when_no_warm_start_is_made(tmp_path: Path) -
     _plan(tmp_path, "env=arith", "trainer.warm_start.teacher=optimal")  # arith offers optimal too
 
 
+def test_the_teacher_is_read_from_the_typed_trainer_settings() -> None:
+    from agentrl.config.trainer import (
+        GRPOTrainerConfig,
+        MilesTrainerConfig,
+        SFTTrainerConfig,
+        TRLTrainerConfig,
+        WarmStartConfig,
+    )
+    from agentrl.trainers.warm_start import teacher_setting
+
+    assert teacher_setting(SFTTrainerConfig(teacher="greedy")) == ("trainer.teacher", "greedy")
+    assert teacher_setting(GRPOTrainerConfig()) == ("trainer.warm_start.teacher", "optimal")
+    assert teacher_setting(TRLTrainerConfig(warm_start=WarmStartConfig(teacher="label"))) == \
+        ("trainer.warm_start.teacher", "label")
+    assert teacher_setting(GRPOTrainerConfig(warm_start=WarmStartConfig(checkpoint="/mine"))) is None
+    assert teacher_setting(GRPOTrainerConfig(warm_start=WarmStartConfig(enabled=False))) is None
+    assert teacher_setting(MilesTrainerConfig()) is None  # Miles makes no warm start
+
+
 @pytest.mark.slow
 def test_a_warm_start_is_logged_to_the_grpo_run_and_reused_by_the_next(tmp_path: Path, capsys) -> None:
     from agentrl.trainers.warm_start import warm_start_path
@@ -81,7 +100,7 @@ def test_a_warm_start_is_logged_to_the_grpo_run_and_reused_by_the_next(tmp_path:
     plan = _plan(tmp_path, "+recipe=gridsim_grpo", *SMALL, "trainer.warm_start.steps=10",
                  "trainer.warm_start.batch_samples=2", "trainer.warm_start.augment=0")
     tracker = _Tracker()
-    path = warm_start_path(plan.cfg, plan, tracker)
+    path = warm_start_path(plan, tracker)
     assert (Path(path) / "config.json").is_file()
     assert [step for step, _ in tracker.logged["warm_start/loss"]] == [10]
     assert {"warm_start/eval/reward", "warm_start/eval/reward_stderr", "warm_start/eval/zero_share",
@@ -91,7 +110,7 @@ def test_a_warm_start_is_logged_to_the_grpo_run_and_reused_by_the_next(tmp_path:
     assert "warm_start/eval/reward" in capsys.readouterr().out  # the eval's one line
 
     again = _Tracker()
-    assert warm_start_path(plan.cfg, plan, again) == path
+    assert warm_start_path(plan, again) == path
     assert again.logged == {} and again.tags == {"agentrl.warm_start": path, "agentrl.warm_start.reused": "true"}
 
 
@@ -102,7 +121,7 @@ def test_sft_fit_returns_the_closing_keys_and_logs_its_model(tmp_path: Path, cap
     plan = _plan(tmp_path, "+recipe=gridsim_sft", *SMALL, "trainer.steps=2", "trainer.batch_samples=2",
                  "trainer.augment=0", "trainer.eval_every=0")
     tracker = _Tracker()
-    trainer = SFTTrainer(plan.cfg, plan=plan, tracker=tracker)
+    trainer = SFTTrainer(plan=plan, tracker=tracker)
     metrics = trainer.fit()
     for key in ("eval/reward", "eval_greedy/reward", "time/train_total_s", "time/eval_total_s", "sft/loss"):
         assert key in metrics, key
