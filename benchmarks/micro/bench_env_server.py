@@ -1,4 +1,4 @@
-"""Env server throughput and step latency: ours vs openenv-core 0.3.0's own server, same echo env.
+"""Env server throughput and step latency: ours vs openenv 0.10.0's own server, same echo env.
 
     python benchmarks/micro/bench_env_server.py [--seconds 3] [--sessions 1,8,64]
 
@@ -28,8 +28,8 @@ from agentrl.testing.processes import wait_healthy
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 8
 
-# Both echo servers run on uvicorn's legacy `websockets` protocol: openenv-core's server stalls on
-# uvicorn 0.54's default (websockets-sansio) under concurrent sessions (a reply never arrives).
+# Both echo servers run on uvicorn's legacy `websockets` protocol, like for like: openenv-core 0.3's server
+# stalled on uvicorn 0.54's default (websockets-sansio) under concurrent sessions (a reply never arrived).
 OURS = """
 import sys
 import uvicorn
@@ -49,7 +49,7 @@ run_server(build_app(load_bundle("gridsim"), max_concurrent_envs=128), "127.0.0.
            log_level="warning")
 """
 
-# The same echo env written against openenv-core's own Environment interface and create_app.
+# The same echo env written against openenv's own Environment interface and create_app (0.10's server).
 OPENENV = """
 import sys, uuid
 import uvicorn

@@ -134,7 +134,7 @@ class EchoBundle(Bundle):
         self.marker_dir = marker_dir
         self.extra_scores = extra_scores
         # Its `sleep` tool blocks, so by default its episodes run on worker threads; the speed benchmark,
-        # which never sleeps, plays them inline as openenv-core plays a sync env's steps.
+        # which never sleeps, plays them inline as openenv's server plays a sync env's steps.
         self.inline_episodes = inline
 
     def splits(self) -> dict[str, int]:

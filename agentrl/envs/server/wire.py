@@ -1,6 +1,6 @@
 """The OpenEnv wire format: message models, error frames, observation envelopes and tool shapes.
 
-Shapes follow openenv-core 0.3.0's `/ws` protocol with openenv 0.10's envelope, which carries the
+Shapes follow OpenEnv's `/ws` protocol (0.3's, unchanged in 0.10) with 0.10's envelope, which carries the
 observation's `metadata` both inside `observation` and at the top level (when non-empty), so that
 clients of either version read the prompt, scores and errors.
 """
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from agentrl.envs import strict_json
 
-# WebSocket error codes (openenv-core's WSErrorCode).
+# WebSocket error codes (openenv's WSErrorCode).
 INVALID_JSON = "INVALID_JSON"
 UNKNOWN_TYPE = "UNKNOWN_TYPE"
 VALIDATION_ERROR = "VALIDATION_ERROR"
@@ -22,7 +22,7 @@ EXECUTION_ERROR = "EXECUTION_ERROR"
 CAPACITY_REACHED = "CAPACITY_REACHED"
 SESSION_ERROR = "SESSION_ERROR"  # openenv 0.10: a `/ws?session_id=` that names no session it can join
 
-# Tool error types (openenv-core's ToolErrorType); any other value breaks the client's parser.
+# Tool error types (openenv's ToolErrorType); any other value breaks the client's parser.
 TOOL_NOT_FOUND = "tool_not_found"
 INVALID_ARGS = "invalid_args"
 EXECUTION = "execution_error"
