@@ -208,7 +208,16 @@ def test_a_server_that_cannot_start_fails_the_setup_with_its_log_tail(models, tm
         VLLMEngine(models["a"], extra_args=["--no-such-flag"], log_dir=tmp_path)
 
 
-def test_two_grpo_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_path: Path) -> None:
+# Keys each backend logs per step through vLLM. TRL (its own GRPOTrainer, our rollout_func) generates through the
+# same engine and pushes TRL's weights to it each optimizer step; the logprob gap and weight lag are the built-in
+# trainer's (TRL computes its own importance ratios).
+STEP_KEYS = {"grpo": ("train/reward", "train/loss", "train/grad_norm", "train/logprob_gap_mean",
+                      "train/logprob_gap_max", "time/weight_push_s", "rollout/weight_lag"),
+             "trl": ("train/reward", "train/loss", "train/grad_norm", "time/weight_push_s", "trl/loss")}
+
+
+@pytest.mark.parametrize("trainer", ["grpo", "trl"])
+def test_two_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_path: Path, trainer: str) -> None:
     import subprocess
 
     from mlflow.tracking import MlflowClient
@@ -217,12 +226,13 @@ def test_two_grpo_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(t
     env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     # head_dim 64 / 2 = 32: vLLM's CPU attention has no smaller head. The untrained model's replies are cut and
-    # score 0: kept (penalize, drop_no_signal=false) so each step trains real tokens and measures their gap; no
-    # warm start, so one server serves the whole run.
-    args = ["+recipe=gridsim_grpo", "inference=vllm", "trainer.steps=2", "trainer.prompts_per_step=2",
-            "trainer.samples_per_prompt=2", "trainer.eval_every=0", "trainer.eval_limit=2",
+    # score 0: the built-in trainer keeps them (penalize, drop_no_signal=false) so each step trains real tokens and
+    # measures their gap; no warm start, so one server serves the whole run.
+    args = ["+recipe=gridsim_grpo", f"trainer={trainer}", "inference=vllm", "trainer.steps=2",
+            "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_every=0", "trainer.eval_limit=2",
             "trainer.checkpoint_every=0", "trainer.warm_start.enabled=false", "agent.max_response_tokens=16",
-            "trainer.model_failures=penalize", "trainer.drop_no_signal=false", "trainer.max_extra_rows=0",
+            *(["trainer.model_failures=penalize", "trainer.drop_no_signal=false", "trainer.max_extra_rows=0"]
+              if trainer == "grpo" else []),
             "model.hidden_size=64", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
             "model.intermediate_size=128", "model.vocab_size=1024", "inference.max_model_len=2048"]
     proc = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=Path(__file__).resolve().parents[2],
@@ -232,11 +242,15 @@ def test_two_grpo_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(t
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert len(runs) == 1
     run_id = runs[0].info.run_id
-    for key in ("train/reward", "train/loss", "train/grad_norm", "train/logprob_gap_mean", "train/logprob_gap_max",
-                "time/weight_push_s", "rollout/weight_lag"):
+    assert runs[0].data.params["inference/_target_"] == "agentrl.inference.vllm.VLLMEngine"
+    for key in STEP_KEYS[trainer]:
         history = client.get_metric_history(run_id, key)
         assert [m.step for m in history] == [1, 2], f"{key}: {history}"
         assert all(math.isfinite(m.value) for m in history), f"{key} = {[m.value for m in history]}"
     assert all(m.value > 0 for m in client.get_metric_history(run_id, "train/tokens"))  # the gap is of real tokens
+    pushes = client.get_metric_history(run_id, "time/weight_push_s")
+    assert pushes[-1].value > 0  # step 2's rollouts sampled weights pushed to the server (version read back)
+    if trainer == "trl":
+        return
     gap = client.get_metric_history(run_id, "train/logprob_gap_max")
     assert all(0 <= m.value < 1.0 for m in gap), gap  # vLLM's kernels are not the learner's, but close in float32
