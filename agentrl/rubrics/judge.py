@@ -105,12 +105,16 @@ class JudgeClient(LLMClient):
             if session is not None:
                 await client.delete(base)
         try:
-            content = data["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
+            message = data["choices"][0]["message"]
+            content, calls = message.get("content"), message.get("tool_calls") or []
+        except (KeyError, IndexError, TypeError, AttributeError):
             raise JudgeError(f"not an OpenAI chat completion: {str(data)[:200]!r}") from None
-        if not isinstance(content, str):
+        if content is not None and not isinstance(content, str):
             raise JudgeError(f"the reply's content is {type(content).__name__}, not text")
-        return content
+        if not content and isinstance(calls, list):
+            # A model tuned on tool calls may answer with one even when offered no tools: read its arguments.
+            return " ".join(str((c.get("function") or {}).get("arguments") or "") for c in calls if isinstance(c, dict))
+        return content or ""
 
 
 def _json(response: httpx.Response, what: str) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from agentrl.trainers.miles_args import (
     miles_settings,
     rollout_gpus,
 )
+from agentrl.trainers.miles_rubric import env_server_reward
 from agentrl.trainers.protocol import TrainerBase
 
 log = logging.getLogger(__name__)
@@ -197,7 +198,7 @@ class MilesTrainer(TrainerBase):
         server = self.settings.env.server
         # The reward group's weighting is applied by the env server: Miles' agent call carries no reward_fn.
         return build_app(self.plan.bundle, max_concurrent_envs=server.max_concurrent_envs, token=token,
-                         reward=self.plan.reward, sandbox=dataclasses.asdict(self.settings.sandbox),
+                         reward=env_server_reward(self.plan), sandbox=dataclasses.asdict(self.settings.sandbox),
                          tool_timeout=server.tool_timeout, reset_timeout=server.reset_timeout,
                          session_idle_timeout=server.session_idle_timeout)
 

@@ -19,6 +19,7 @@ from agentrl.config.inference import SGLangInferenceConfig, VLLMInferenceConfig
 from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import MilesTrainerConfig, miles_algorithm_problem
 from agentrl.trainers.miles_hooks import AGENT_FUNCTION_ENV, DROP_NO_SIGNAL_ENV, MAX_DROPS_ENV
+from agentrl.trainers.miles_rubric import launch_reward
 from agentrl.trainers.resume import resume_mode
 
 LAUNCHER_MODULE = "agentrl.trainers.miles_launcher"
@@ -313,7 +314,7 @@ def build_argv(settings: RunConfig, ctx: LaunchContext, *, model_args: list[str]
           "--eval-interval", str(t.eval_every if t.eval_every > 0 else t.steps)]
     # The agentic path: Miles' generate function, our agent, reward hook and group filter.
     a += ["--custom-generate-function-path", GENERATE_FUNCTION, "--custom-agent-function-path", AGENT_FUNCTION,
-          "--custom-rm-path", t.reward_hook, "--dynamic-sampling-filter-path", t.group_filter,
+          "--custom-rm-path", launch_reward(settings, t.reward_hook)[0], "--dynamic-sampling-filter-path", t.group_filter,
           "--use-session-server", "--tito-model", t.tito_model]
     a += ["--tito-allowed-append-roles", *roles_key(t.append_roles).split(",")]
     template = t.chat_template_path or fixed_chat_template(t.tito_model, missing_ok=ctx.dry_run)
@@ -370,4 +371,5 @@ def build_launch(settings: RunConfig, ctx: LaunchContext, *, model_args: list[st
     env[MAX_DROPS_ENV] = str(t.max_drops_in_a_row)
     env[DROP_NO_SIGNAL_ENV] = "1" if t.drop_no_signal else "0"
     env[AGENT_FUNCTION_ENV] = t.agent_function
+    env.update(launch_reward(settings, t.reward_hook)[1])  # reward=rubric: the rm hook builds the rubric from it
     return MilesLaunch(build_argv(settings, ctx, model_args=model_args), env, secret)

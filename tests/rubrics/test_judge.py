@@ -111,6 +111,13 @@ def test_a_judge_answering_garbage_flags_the_rollout_after_its_retries_instead_o
     assert group.metrics()["judge/failures"] == 1.0
 
 
+def test_a_reply_given_as_a_tool_call_is_read_from_its_arguments(endpoint):
+    endpoint.body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "rate", "arguments": json.dumps({"score": 0.4})}}]}}]})
+    [r] = judge_play(RubricReward(Judge(url=endpoint.url, retries=0)), "5")
+    assert (r.failure, r.reward) == (None, 0.4)
+
+
 def test_a_judge_slower_than_its_timeout_flags_the_rollout(endpoint):
     endpoint.delay_s = 5.0
     group = RubricReward(Judge(url=endpoint.url, timeout_s=0.3, retries=1))
