@@ -89,12 +89,17 @@ class ModelSource:
 class EngineFactory:
     """The `inference` group: makes the engine that serves a given weights folder (one per policy)."""
 
-    # Held by reference, not copied: a TRL rank sets its own inference.device on the run's config.
     node: DictConfig
 
     def __call__(self, model_path: str) -> Any:
         """A new engine serving the model at `model_path`."""
         return instantiate(self.node, model_path=model_path)
+
+    def on_device(self, device: str) -> EngineFactory:
+        """This factory with its engines on `device` (a TRL rank's engine beside its own learner's GPU)."""
+        node = self.node.copy()
+        node.device = device
+        return EngineFactory(node)
 
 
 @dataclass
@@ -193,7 +198,7 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     except ValueError as exc:
         raise PlanError(str(exc)) from exc
     # A backend's own refusals (e.g. a setting TRL lacks) fail here too, before anything starts.
-    if problem := trainer_cls.plan_problem(cfg):
+    if problem := trainer_cls.plan_problem(settings):
         raise PlanError(problem)
     # Miles reads model.path on its own (GPU) machines and checks it there (`MilesTrainer.preflight`): a dry run
     # on a laptop must still print the command.

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
             f.write(json.dumps({"step": step, "metrics": metrics}) + "\n")
 
     try:
-        final = train(plan.cfg, plan, start_path=spec["start_path"], output_dir=spec["output_dir"],
+        final = train(plan, start_path=spec["start_path"], output_dir=spec["output_dir"],
                       run_dir=spec["run_dir"], sink=to_file, resume_from=spec.get("resume_from"),
                       record=spec.get("record"))
     except DependencyLost as err:  # the parent reads it: one line for the user, not a rank's traceback

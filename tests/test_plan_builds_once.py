@@ -21,7 +21,8 @@ STANDALONE_SERVERS = {"envs/serve.py", "inference/serve.py"}
 # Modules that take everything from the plan (its objects and `plan.settings`) and read no `cfg` at all.
 CFG_FREE = ["trainers/services.py", "trainers/learner.py", "devices.py", "trl_rank.py",
             "trainers/sft.py", "trainers/warm_start.py", "trainers/resume.py", "trainers/grpo.py",
-            "trainers/miles.py", "trainers/miles_args.py"]
+            "trainers/miles.py", "trainers/miles_args.py",
+            "trainers/trl.py", "trainers/trl_worker.py", "trainers/trl_args.py", "trainers/trl_steps.py"]
 
 
 def _calls_instantiate(tree: ast.AST) -> list[int]:

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from agentrl.config import register_configs
 from agentrl.config.locate import conf_dir
 from agentrl.config.portable import PortableConfigError, from_portable, to_portable
+from agentrl.plan import typed_settings
 from agentrl.trainers.trl_args import WORKER_MODULE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,14 +56,14 @@ def _launch_rank(spec: Path) -> subprocess.CompletedProcess:
 
 def test_the_portable_config_is_the_same_typed_config(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
-    again = from_portable(json.loads(json.dumps(to_portable(cfg))))
+    again = from_portable(json.loads(json.dumps(to_portable(typed_settings(cfg)))))
     assert OmegaConf.to_container(again, resolve=True) == OmegaConf.to_container(cfg, resolve=True)
     typed = OmegaConf.to_object(again)
     assert type(typed.trainer).__name__ == "TRLTrainerConfig" and type(typed.env).__name__ == "GridSimEnvConfig"
 
 
 def test_a_key_no_schema_declares_is_refused_naming_it(tmp_path: Path) -> None:
-    data = to_portable(_cfg(tmp_path))
+    data = to_portable(typed_settings(_cfg(tmp_path)))
     data["trainer"]["lrr"] = 1e-4
     with pytest.raises(PortableConfigError, match=r"trainer: .*'lrr'.*TRLTrainerConfig"):
         from_portable(data)
@@ -79,7 +80,7 @@ def test_a_key_no_schema_declares_is_refused_naming_it(tmp_path: Path) -> None:
 ])
 def test_a_rank_refuses_what_the_plan_refuses_before_starting_anything(tmp_path: Path, key: str, value: object,
                                                                        named: str) -> None:
-    data = to_portable(_cfg(tmp_path))
+    data = to_portable(typed_settings(_cfg(tmp_path)))
     data["trainer"][key] = value
     done = _launch_rank(_spec(tmp_path, data))
     assert done.returncode != 0

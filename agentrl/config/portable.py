@@ -1,14 +1,15 @@
-"""A composed config as plain JSON and back, each group retyped by its schema: how a config reaches another
-process (a TRL rank) as the same typed config, whose checks that process can then run again."""
+"""The plan's typed settings as plain JSON and back, each group retyped by its schema: how a run's config reaches
+another process (a TRL rank) as the same typed config, whose checks that process can then run again."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from agentrl.config.schema import RunConfig
+from agentrl.config.schema import RunConfig, settings_dict
 
 SCHEMAS_KEY = "_schemas"  # group -> its schema dataclass, "module.Class"
 
@@ -17,16 +18,14 @@ class PortableConfigError(ValueError):
     """A portable config that does not fit its schemas (a key they lack, a schema that is not agentrl's)."""
 
 
-def to_portable(cfg: DictConfig) -> dict[str, Any]:
-    """`cfg` resolved as plain data, plus the schema dataclass each group was composed with."""
-    data = OmegaConf.to_container(cfg, resolve=True)
+def to_portable(settings: RunConfig) -> dict[str, Any]:
+    """The typed settings (`Plan.settings`) as plain data, plus the schema dataclass each group is."""
     schemas = {}
-    for group in data:
-        node = cfg._get_node(group)
-        schema = node._metadata.object_type if isinstance(node, DictConfig) else None
-        if schema is not None and schema is not dict:
-            schemas[group] = f"{schema.__module__}.{schema.__qualname__}"
-    return {**data, SCHEMAS_KEY: schemas}
+    for f in dataclasses.fields(settings):
+        group = getattr(settings, f.name)
+        if dataclasses.is_dataclass(group):
+            schemas[f.name] = f"{type(group).__module__}.{type(group).__qualname__}"
+    return {**settings_dict(settings), SCHEMAS_KEY: schemas}
 
 
 def _schema(group: str, name: str) -> type:

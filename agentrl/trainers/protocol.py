@@ -28,8 +28,9 @@ class Trainer(Protocol):
     checks_model_itself: ClassVar[bool]  # model.path lives where the backend runs: the plan leaves it alone
 
     @classmethod
-    def plan_problem(cls, cfg: Any) -> str | None:
-        """Why this config cannot run on this backend (None: it can); the plan refuses it before anything starts."""
+    def plan_problem(cls, settings: Any) -> str | None:
+        """Why the run's typed settings (`RunConfig`, `Plan.settings`) cannot run on this backend (None: they can);
+        the plan refuses them before anything starts."""
 
     @classmethod
     def dry_run_report(cls, plan: Any) -> str | None:
@@ -62,7 +63,7 @@ class TrainerBase:
     tracker: Any
 
     @classmethod
-    def plan_problem(cls, cfg: Any) -> str | None:
+    def plan_problem(cls, settings: Any) -> str | None:
         """None: every config the schema accepts runs on this backend."""
         return None
 

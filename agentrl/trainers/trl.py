@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from agentrl.config.portable import to_portable
 from agentrl.console import progress, run_relayed
 from agentrl.trainers.dependency import DependencyLost
@@ -103,21 +101,26 @@ class TRLTrainer(TrainerBase):
     checkpoint_kind = TRANSFORMERS  # trainer.resume resolves to TRL's own checkpoint-N/ (resume_from_checkpoint)
 
     def __init__(self, *, plan: Any, tracker: Any) -> None:
-        cfg = plan.cfg
-        self.cfg, self.plan, self.tracker = cfg, plan, tracker
+        self.plan, self.tracker = plan, tracker
         try:
-            check_config(cfg)
+            check_config(plan.settings)
         except TRLConfigError as err:
             raise SystemExit(f"agentrl: {err}") from None
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
         self.no_update = NoUpdateWatch(penalize=False)  # model_failures=penalize is the built-in trainer's only
         self.start_path, self.resume_from, self.warm_s = "", None, 0.0
 
+    @property
+    def settings(self) -> Any:
+        """The run's typed config (`Plan.settings`)."""
+        return self.plan.settings
+
     @classmethod
-    def plan_problem(cls, cfg: DictConfig) -> str | None:
-        """Why this config cannot run under TRL (None: it can); the plan refuses it before anything starts."""
+    def plan_problem(cls, settings: Any) -> str | None:
+        """Why these typed settings (`RunConfig`) cannot run under TRL (None: they can); the plan refuses them
+        before anything starts."""
         try:
-            check_config(cfg)
+            check_config(settings)
         except TRLConfigError as err:
             return str(err)
         return None
@@ -125,20 +128,20 @@ class TRLTrainer(TrainerBase):
     @classmethod
     def dry_run_report(cls, plan: Any) -> str:
         """The exact GRPOConfig and launch command `fit()` would use."""
-        cfg = plan.cfg
+        s = plan.settings
+        t = s.trainer
         try:
-            check_config(cfg)
+            check_config(s)
         except TRLConfigError as err:
             raise SystemExit(f"agentrl: {err}") from None
         run_dir = Path(plan.run_dir)
-        kwargs = grpo_config_kwargs(cfg, output_dir=checkpoint_root(plan.settings, "<mlflow-run-id>"),
-                                    cpu=use_cpu(cfg))
-        multi = int(cfg.trainer.num_processes) > 1
-        lines = [report(kwargs, launch_command(cfg, run_dir / "trl_spec.json") if multi else None),
+        kwargs = grpo_config_kwargs(s, output_dir=checkpoint_root(s, "<mlflow-run-id>"), cpu=use_cpu(t))
+        multi = t.num_processes > 1
+        lines = [report(kwargs, launch_command(t, run_dir / "trl_spec.json") if multi else None),
                  "rollout_func: agentrl.trainers.trl_worker.Bridge (agent "
-                 f"{plan.choices.get('agent')}, reward {plan.choices.get('reward')}, max_turns={cfg.agent.max_turns})",
-                 f"eval: agentrl's evaluator on split {cfg.env.eval_split} (limit {cfg.trainer.eval_limit}) before "
-                 f"step 1, every {cfg.trainer.eval_every} steps and after the last"]
+                 f"{plan.choices.get('agent')}, reward {plan.choices.get('reward')}, max_turns={s.agent.max_turns})",
+                 f"eval: agentrl's evaluator on split {s.env.eval_split} (limit {t.eval_limit}) before "
+                 f"step 1, every {t.eval_every} steps and after the last"]
         try:
             require_trl()
         except RuntimeError as err:
@@ -158,7 +161,7 @@ class TRLTrainer(TrainerBase):
             first = int(resume.step) + 1
             print(f"resuming from {self.resume_from} at step {first}", flush=True)
             self.history = resumed_history(resume.checkpoint, int(resume.step), list(self.history))
-        self.start_path = self.resume_from or warm_start_path(self.cfg, plan, self.tracker)
+        self.start_path = self.resume_from or warm_start_path(plan, self.tracker)
         self.warm_s = time.monotonic() - started
         return first
 
@@ -173,21 +176,20 @@ class TRLTrainer(TrainerBase):
     def fit(self) -> dict[str, float]:
         """`setup`, then TRL's loop, then `cleanup`; returns the final metrics (their `eval/reward` is the
         objective)."""
-        cfg = self.cfg
+        t = self.settings.trainer
         self.setup(self.plan)
         start_path, resume_from, warm_s = self.start_path, self.resume_from, self.warm_s
         run_dir = Path(self.plan.run_dir)
         output_dir = checkpoint_root(self.plan.settings, self.tracker.run_id)
-        resumed = {"resume_from": resume_from,
-                   "record": checkpoint_record(cfg, self.plan.choices, self.tracker.run_id)}
-        self.tracker.set_tags({"agentrl.backend": "trl", "agentrl.trl.num_processes": int(cfg.trainer.num_processes)})
+        resumed = {"resume_from": resume_from, "record": checkpoint_record(self.plan, self.tracker.run_id)}
+        self.tracker.set_tags({"agentrl.backend": "trl", "agentrl.trl.num_processes": t.num_processes})
         try:
-            if int(cfg.trainer.num_processes) > 1:
+            if t.num_processes > 1:
                 final = self._launch(start_path, run_dir, output_dir, resumed)
             else:
                 from agentrl.trainers.trl_worker import train
 
-                final = train(cfg, self.plan, start_path=start_path, output_dir=str(output_dir), run_dir=str(run_dir),
+                final = train(self.plan, start_path=start_path, output_dir=str(output_dir), run_dir=str(run_dir),
                               sink=lambda m, step: record(m, step, self.tracker, self.history, self.no_update),
                               **resumed)
             folder = run_dir / "final_model"
@@ -198,7 +200,7 @@ class TRLTrainer(TrainerBase):
         final.pop("history", None)
         final["time/warm_start_total_s"] = warm_s
         if no_update := self.no_update.metrics():
-            self.tracker.log(no_update, step=int(cfg.trainer.steps))
+            self.tracker.log(no_update, step=t.steps)
             final.update(no_update)
         return {k: float(v) for k, v in final.items() if isinstance(v, int | float)}
 
@@ -209,19 +211,19 @@ class TRLTrainer(TrainerBase):
         metrics_path.unlink(missing_ok=True)
         final_path.unlink(missing_ok=True)
         (run_dir / LOST_FILE).unlink(missing_ok=True)
-        # Each rank rebuilds the plan from the typed config and the choices (agentrl/trl_rank.py).
-        spec = {"config": to_portable(self.cfg), "choices": dict(self.plan.choices), "start_path": start_path,
+        # Each rank rebuilds the plan from the typed settings and the choices (agentrl/trl_rank.py).
+        spec = {"config": to_portable(self.settings), "choices": dict(self.plan.choices), "start_path": start_path,
                 "output_dir": str(output_dir), "run_dir": str(run_dir), "metrics_path": str(metrics_path),
                 "final_path": str(final_path), **resumed}
         spec_path = run_dir / "trl_spec.json"
         spec_path.write_text(json.dumps(spec))
-        command = launch_command(self.cfg, spec_path)
+        t = self.settings.trainer
+        command = launch_command(t, spec_path)
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # the checkout, for workers started from another folder
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        threads = int(self.cfg.trainer.get("threads") or 0)
-        env.setdefault("OMP_NUM_THREADS", str(threads or 1))  # torchrun's default otherwise warns and picks 1
-        print(f"trl: launching {int(self.cfg.trainer.num_processes)} processes: {' '.join(command)}", flush=True)
+        env.setdefault("OMP_NUM_THREADS", str(t.threads or 1))  # torchrun's default otherwise warns and picks 1
+        print(f"trl: launching {t.num_processes} processes: {' '.join(command)}", flush=True)
         with MetricsForwarder(metrics_path, self.tracker, self.history, self.no_update):
             returncode = run_relayed(command, env=env, cwd=run_dir)  # their lines reach the run's log too
         if returncode != 0 and (run_dir / LOST_FILE).is_file():
@@ -235,7 +237,7 @@ class TRLTrainer(TrainerBase):
 
     def _plot(self, run_dir: Path) -> None:
         try:
-            path = reward_curves(self.history, run_dir / "reward_curves.png", title=self.cfg.task_name)
+            path = reward_curves(self.history, run_dir / "reward_curves.png", title=self.settings.task_name)
             self.tracker.log_artifact(path, "plots")
         except Exception:  # noqa: BLE001 - a missing figure must not fail a finished run
             log.exception("could not draw the reward curves")

@@ -1,7 +1,9 @@
-"""`trainer=trl`'s pure mapping: our typed config -> TRL's `GRPOConfig` keyword arguments and the launch command.
+"""`trainer=trl`'s pure mapping: the plan's typed settings -> TRL's `GRPOConfig` keyword arguments and the launch
+command.
 
 Nothing here starts anything; `check_config` is what the plan calls (a setting TRL lacks fails there, named),
 `grpo_config_kwargs` what the worker hands to `trl.GRPOConfig`, `launch_command` what `num_processes > 1` runs.
+Every function reads typed settings (`Plan.settings`, a `RunConfig`, or its `TRLTrainerConfig`), never a cfg.
 """
 
 from __future__ import annotations
@@ -10,7 +12,13 @@ import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from agentrl.config.trainer import DEFAULT_ADVANTAGE
+
+if TYPE_CHECKING:
+    from agentrl.config.schema import RunConfig
+    from agentrl.config.trainer import TRLTrainerConfig
 
 # Our loss names -> TRL 1.16's (loss_type, importance_sampling_level) (trl/trainer/grpo_trainer.py `_compute_loss`).
 # The built-in grpo and dapo losses sum over every model token of the step and divide by their count: TRL's
@@ -35,6 +43,9 @@ OWNED = ("output_dir", "num_generations", "generation_batch_size", "per_device_t
          "loss_type", "importance_sampling_level", "scale_rewards", "epsilon", "epsilon_high", "beta",
          "lr_scheduler_type", "warmup_steps", "gradient_checkpointing", "activation_checkpointing",
          "model_init_kwargs")
+# agent.max_response_tokens=null leaves a reply's length to the session server, whose default_max_tokens this is;
+# TRL's bookkeeping (max_completion_length) still needs a number.
+SESSION_MAX_TOKENS = 512
 # trainer.lr_schedule -> transformers' lr_scheduler_type (with trainer.lr_warmup_steps as warmup_steps).
 LR_SCHEDULER_TYPES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
 
@@ -43,48 +54,47 @@ class TRLConfigError(ValueError):
     """A setting `trainer=trl` cannot honour; the message names the key."""
 
 
-def batch_layout(cfg: Any) -> dict[str, int]:
+def batch_layout(t: TRLTrainerConfig) -> dict[str, int]:
     """Completions per step and how they split: per process, per micro-batch, accumulation steps."""
-    t = cfg.trainer
-    total = int(t.prompts_per_step) * int(t.samples_per_prompt)
-    procs = int(t.num_processes)
+    total = t.prompts_per_step * t.samples_per_prompt
+    procs = t.num_processes
     if procs < 1:
         raise TRLConfigError(f"trainer.num_processes must be at least 1, not {procs}")
     if total % procs:
         raise TRLConfigError(f"trainer.num_processes={procs} must divide prompts_per_step x samples_per_prompt "
                              f"= {total} (each process plays an equal share of the step's completions)")
     per_proc = total // procs
-    micro = min(int(t.micro_batch_samples), per_proc)
+    micro = min(t.micro_batch_samples, per_proc)
     if micro < 1 or per_proc % micro:
         raise TRLConfigError(f"trainer.micro_batch_samples={t.micro_batch_samples} must divide the "
                              f"{per_proc} completions each of the {procs} processes trains on per step")
     return {"total": total, "per_process": per_proc, "micro": micro, "accumulation": per_proc // micro}
 
 
-def check_config(cfg: Any) -> None:
+def check_config(settings: RunConfig) -> None:
     """Refuse what TRL lacks or `trainer=trl` cannot run, naming the key (called when the plan is built)."""
-    t = cfg.trainer
+    t = settings.trainer
     for key, (accepted, why) in LACKS.items():
-        if t.get(key) != accepted:
-            raise TRLConfigError(f"trainer.{key}={t.get(key)} has no counterpart in TRL's GRPOTrainer "
+        if getattr(t, key) != accepted:
+            raise TRLConfigError(f"trainer.{key}={getattr(t, key)} has no counterpart in TRL's GRPOTrainer "
                                  f"(only {accepted} is accepted): {why}")
-    if int(t.samples_per_prompt) < 2:
+    if t.samples_per_prompt < 2:
         raise TRLConfigError("trainer.samples_per_prompt must be at least 2: GRPO compares samples within a group")
     if t.loss not in LOSSES:
         raise TRLConfigError(f"trainer.loss={t.loss!r}: TRL runs {', '.join(LOSSES)}")
-    if advantage(cfg) not in ADVANTAGES:
+    if advantage(t) not in ADVANTAGES:
         raise TRLConfigError(f"trainer.advantage={t.advantage} has no counterpart in TRL's GRPOTrainer (it has "
                              f"{', '.join(ADVANTAGES)}; RLOO is a separate TRL trainer)")
-    roles = cfg.agent.get("roles") or []
+    roles = settings.agent.role_list()
     if roles:
         # rollout_func returns exactly one completion per prompt slot; a multi-role play yields several sessions.
         raise TRLConfigError(f"agent: {len(roles)} roles ({', '.join(r.name for r in roles)}) play several "
                              "sessions per episode, but TRL's rollout_func takes one completion per prompt slot; "
                              "trainer=trl runs single-session agents (agent=tool_calling)")
-    if not t.get("drop_no_signal", True):
+    if not t.drop_no_signal:
         raise TRLConfigError("trainer.drop_no_signal=false has no counterpart in TRL: a group of equal rewards "
                              "always has advantage 0 there")
-    batch_layout(cfg)
+    batch_layout(t)
     unknown = sorted(set(t.extra_args) - set(grpo_config_fields()))
     if unknown:
         raise TRLConfigError(f"trainer.extra_args: {', '.join(unknown)} are not GRPOConfig fields (TRL 1.16)")
@@ -93,10 +103,9 @@ def check_config(cfg: Any) -> None:
         raise TRLConfigError(f"trainer.extra_args: {', '.join(owned)} are set from agentrl's keys; set those")
 
 
-def advantage(cfg: Any) -> str:
+def advantage(t: TRLTrainerConfig) -> str:
     """`trainer.advantage`, or the loss's own when null (Dr. GRPO drops the std normalization)."""
-    t = cfg.trainer
-    return str(t.advantage) if t.get("advantage") else ("group_mean" if t.loss == "dr_grpo" else "group_norm")
+    return t.advantage or DEFAULT_ADVANTAGE[t.loss]
 
 
 def grpo_config_fields() -> list[str]:
@@ -116,59 +125,56 @@ def checkpointing_field() -> str:
         "gradient_checkpointing"
 
 
-def use_cpu(cfg: Any) -> bool:
+def use_cpu(t: TRLTrainerConfig) -> bool:
     """Train on CPUs: `trainer.device=cpu`, or `auto` on a machine without CUDA."""
-    want = str(cfg.trainer.get("device") or "auto")
-    if want != "auto":
-        return want == "cpu"
+    if t.device != "auto":
+        return t.device == "cpu"
     import torch
 
     return not torch.cuda.is_available()
 
 
-def grpo_config_kwargs(cfg: Any, *, output_dir: str | Path, cpu: bool) -> dict[str, Any]:
+def grpo_config_kwargs(settings: RunConfig, *, output_dir: str | Path, cpu: bool) -> dict[str, Any]:
     """The keyword arguments for `trl.GRPOConfig`: every mapped setting, then `trainer.extra_args`."""
-    t, agent = cfg.trainer, cfg.agent
-    layout = batch_layout(cfg)
-    max_turns = int(agent.max_turns)
-    per_turn = int(agent.get("max_response_tokens") or 512)
-    ckpt = int(t.checkpoint_every)
-    model = cfg.get("model") or {}
+    t, agent, model = settings.trainer, settings.agent, settings.model
+    layout = batch_layout(t)
+    max_turns = agent.max_turns
+    per_turn = agent.max_response_tokens or SESSION_MAX_TOKENS
+    ckpt = t.checkpoint_every
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
-        "max_steps": int(t.steps),
-        "learning_rate": float(t.lr),
-        "lr_scheduler_type": LR_SCHEDULER_TYPES[str(t.lr_schedule)],  # as trainer=grpo's (lr_schedules.py)
-        "warmup_steps": int(t.lr_warmup_steps),
+        "max_steps": t.steps,
+        "learning_rate": t.lr,
+        "lr_scheduler_type": LR_SCHEDULER_TYPES[t.lr_schedule],  # as trainer=grpo's (lr_schedules.py)
+        "warmup_steps": t.lr_warmup_steps,
         "optim": "adamw_torch",
-        "weight_decay": float(t.weight_decay),
-        "max_grad_norm": float(t.grad_clip),
-        "num_generations": int(t.samples_per_prompt),
+        "weight_decay": t.weight_decay,
+        "max_grad_norm": t.grad_clip,
+        "num_generations": t.samples_per_prompt,
         "generation_batch_size": layout["total"],
         "per_device_train_batch_size": layout["micro"],
         "gradient_accumulation_steps": layout["accumulation"],
         "num_iterations": 1,  # one update per generation batch: on-policy, as the built-in GRPO
-        "temperature": float(t.temperature),
-        "top_p": float(t.top_p),
-        "top_k": int(t.top_k),
-        "epsilon": float(t.clip_low),
-        "epsilon_high": float(t.clip_high),
-        "beta": float(t.kl_coef),
+        "temperature": t.temperature,
+        "top_p": t.top_p,
+        "top_k": t.top_k,
+        "epsilon": t.clip_low,
+        "epsilon_high": t.clip_high,
+        "beta": t.kl_coef,
         "loss_type": LOSSES[t.loss][0],
         "importance_sampling_level": LOSSES[t.loss][1],
-        "scale_rewards": ADVANTAGES[advantage(cfg)],
+        "scale_rewards": ADVANTAGES[advantage(t)],
         # Our agent plays every turn (and stops at agent.max_turns); these two only size TRL's bookkeeping:
         # dr_grpo's normalizer is the longest completion, which holds at most max_turns model replies.
         "max_completion_length": per_turn * max_turns,
         "max_tool_calling_iterations": max_turns,
         "shuffle_dataset": False,  # the dataset is already in the built-in trainer's seeded row order
-        "seed": int(cfg.seed),
-        "use_cpu": bool(cpu),
+        "seed": settings.seed,
+        "use_cpu": cpu,
         "bf16": not cpu,
-        # model.dtype (the trained weights') and model.gradient_checkpointing; a config without a model group
-        # (a bare trainer config) keeps TRL's float32 and no checkpointing.
-        "model_init_kwargs": {"dtype": str(model.get("dtype") or "float32")},
-        checkpointing_field(): bool(model.get("gradient_checkpointing")),
+        # model.dtype (the trained weights') and model.gradient_checkpointing.
+        "model_init_kwargs": {"dtype": model.dtype},
+        checkpointing_field(): model.gradient_checkpointing,
         "eval_strategy": "no",  # agentrl's evaluator plays the eval split (a callback), as for the other backends
         "save_strategy": "steps" if ckpt > 0 else "no",
         "logging_steps": 1,
@@ -182,21 +188,20 @@ def grpo_config_kwargs(cfg: Any, *, output_dir: str | Path, cpu: bool) -> dict[s
         "disable_tqdm": True,
     }
     if ckpt > 0:
-        kwargs.update(save_steps=ckpt, save_total_limit=int(t.keep_checkpoints))
-    kwargs.update(dict(t.extra_args))
+        kwargs.update(save_steps=ckpt, save_total_limit=t.keep_checkpoints)
+    kwargs.update(t.extra_args)
     return kwargs
 
 
-def launch_command(cfg: Any, spec_path: str | Path) -> list[str]:
+def launch_command(t: TRLTrainerConfig, spec_path: str | Path) -> list[str]:
     """`accelerate launch` for `num_processes` data-parallel workers (CPUs: torchrun-style ranks, gloo)."""
-    t = cfg.trainer
     cmd = [sys.executable, "-m", "accelerate.commands.launch"]
-    if t.get("accelerate_config"):
+    if t.accelerate_config:
         cmd += ["--config_file", str(t.accelerate_config)]
     else:
         # --multi_gpu only selects the torchrun launcher; with use_cpu accelerate then picks MULTI_CPU + gloo.
         cmd += ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    cmd += ["--num_processes", str(int(t.num_processes)), "--main_process_port", str(int(t.main_process_port)),
+    cmd += ["--num_processes", str(t.num_processes), "--main_process_port", str(t.main_process_port),
             "-m", WORKER_MODULE, str(spec_path)]
     return cmd
 

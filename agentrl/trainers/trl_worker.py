@@ -6,8 +6,9 @@ start folder (`services.py`), so generation is our embedded engine (transformers
 step's plays the engine gets TRL's current weights (as TRL syncs vLLM). A play's recorded session becomes
 TRL's (prompt_ids, completion_ids, logprobs, env_mask): the first turn's prompt, then everything after it with
 mask 1 on model tokens and 0 on tool/user tokens; its reward reaches TRL through a reward function that
-returns it. Rank 0 runs agentrl's evaluator and sends every metric to a sink (the Tracker, or a JSON Lines
-file the parent forwards). `accelerate launch` starts `agentrl.trl_rank`, which builds the plan and calls `train`.
+returns it. Each step is reported as a `StepStats` (`trl_steps.py`), as the built-in GRPO step is. Rank 0 runs
+agentrl's evaluator and sends every metric to a sink (the Tracker, or a JSON Lines file the parent forwards).
+`accelerate launch` starts `agentrl.trl_rank`, which builds the plan and calls `train`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from agentrl.agents.record import Rollout
 from agentrl.console import TRL_SILENCE
@@ -34,26 +34,26 @@ from agentrl.trainers.evaluate import trainer_eval
 from agentrl.trainers.resume import TRANSFORMERS, checkpoint_step, resumed_history, write_record
 from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
-from agentrl.trainers.step_parts import RowStream, rollout_metrics
+from agentrl.trainers.step_parts import RowStream
+from agentrl.trainers.step_products import StepStats
 from agentrl.trainers.trl_args import grpo_config_kwargs, use_cpu
+from agentrl.trainers.trl_steps import PlayedStep, gather_step, make_callback
 
 log = logging.getLogger(__name__)
 Sink = Callable[[dict[str, float], int], None]
 LOST_FILE = "trl_dependency_lost.txt"  # a rank that lost the env server or its engine says which, here
 INDEX_KEY = "agentrl_index"  # carried in every prompt message: rollout_func receives only the prompts
-# TRL's log keys that mean what one of ours means (TRL's own names are kept beside, under trl/).
-SAME_MEANING = {"loss": "train/loss", "grad_norm": "train/grad_norm", "kl": "train/kl",
-                "clip_ratio/region_mean": "train/clip_fraction", "entropy": "train/entropy"}
 
 
-def train_dataset(cfg: DictConfig, bundle: Any) -> Any:
-    """The step's rows in the built-in trainer's seeded order (`RowStream`), `steps x prompts_per_step` of them."""
+def train_dataset(settings: Any, bundle: Any) -> Any:
+    """The step's rows in the built-in trainer's seeded order (`RowStream`), `steps x prompts_per_step` of them.
+    `settings` is the plan's typed config (`Plan.settings`)."""
     from datasets import Dataset
 
-    split, t = cfg.env.train_split, cfg.trainer
-    stream = RowStream(bundle.splits()[split], int(cfg.seed))
+    split, t = settings.env.train_split, settings.trainer
+    stream = RowStream(bundle.splits()[split], settings.seed)
     rows = []
-    for _ in range(int(t.steps) * int(t.prompts_per_step)):
+    for _ in range(t.steps * t.prompts_per_step):
         index = stream.next()
         messages = make_row(bundle, split, index, "", {})["messages"]
         rows.append({"prompt": [{**m, INDEX_KEY: index} for m in messages]})
@@ -68,12 +68,14 @@ def agentrl_reward(prompts: list[Any], completions: list[Any], reward: list[floa
 class Bridge:
     """The rollout function TRL calls, the weight sync, the evaluator and the metrics of a step."""
 
-    def __init__(self, cfg: DictConfig, plan: Any, services: Any, tokenizer: Any, sink: Sink | None) -> None:
-        self.cfg, self.plan, self.services, self.tokenizer, self.sink = cfg, plan, services, tokenizer, sink
-        self.t = cfg.trainer
+    def __init__(self, plan: Any, services: Any, tokenizer: Any, sink: Sink | None) -> None:
+        self.plan, self.services, self.tokenizer, self.sink = plan, services, tokenizer, sink
+        self.settings = plan.settings
+        self.t = plan.settings.trainer
         self.synced_step = 0  # the engine holds the start folder, which is TRL's step-0 model
         self.calls = 0
-        self.step_metrics: dict[str, float] = {}
+        self.played: PlayedStep | None = None  # the last rollout_func call's plays, over every rank
+        self.stats: StepStats | None = None  # the last step's report (trl_steps.make_callback makes it)
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
         self.times: Counter[str] = Counter()
 
@@ -98,28 +100,29 @@ class Bridge:
         rank, step = trainer.accelerator.process_index, trainer.state.global_step + 1
         slots = [int(p[0][INDEX_KEY]) for p in prompts]
         counts = Counter(slots)  # a row's slots on this process (its group may be split across processes)
-        svc, split = self.services, self.cfg.env.train_split
+        svc, split = self.services, self.settings.env.train_split
         rows = [make_row(self.plan.bundle, split, i, svc.env_url, svc.env_settings) for i in counts]
         self.calls += 1
         # Under the run's breaker (services.py): a dead env server or engine stops the run within
         # trainer.dependency_grace_s, naming it, or is waited for (trainer.on_dependency_loss).
         groups = asyncio.run(svc.runner.play_rows(rows, list(counts.values()),
                                                   request_kwargs=self.plan.sampling.request_kwargs(),
-                                                  seed_parts=(self.cfg.seed, step, rank, self.calls)))
+                                                  seed_parts=(self.settings.seed, step, rank, self.calls)))
         if svc.runner.breaker is not None:
             svc.runner.breaker.step_done(step, [r for g in groups for r in g])
         queues = {i: list(g) for i, g in zip(counts, groups, strict=True)}
-        dropped = Counter(reason for g in groups if (reason := group_drop_reason(
-            g, drop_no_signal=bool(self.t.drop_no_signal))) is not None)
+        reasons = [group_drop_reason(g, drop_no_signal=self.t.drop_no_signal) for g in groups]
         masked = {id(r) for g in groups if group_drop_reason(g, drop_no_signal=False) == FAILED for r in g}
         out: dict[str, list[Any]] = defaultdict(list)
         for index in slots:
             rollout = queues[index].pop(0)
             for key, value in self._completion(rollout, train=id(rollout) not in masked).items():
                 out[key].append(value)
-        seconds = time.monotonic() - started
-        self._rollout_metrics(trainer, [r for g in groups for r in g], dropped, len(counts), sum(map(sum, out["env_mask"])),
-                              seconds, push_s)
+        # row_cursor: by this step's end TRL's sampler has handed out step x prompts_per_step rows of train_dataset.
+        self.played = gather_step(step, groups, reasons, trained_tokens=sum(map(sum, out["env_mask"])),
+                                  push_s=push_s, generate_s=time.monotonic() - started,
+                                  played_from=svc.engine.weight_version, row_cursor=step * self.t.prompts_per_step,
+                                  breakdown=self.plan.bundle.train_breakdown)
         return dict(out)
 
     def _completion(self, rollout: Rollout, *, train: bool) -> dict[str, Any]:
@@ -140,83 +143,15 @@ class Bridge:
                 "logprobs": [float(x) for x in sample.rollout_logprobs[cut:]], "env_mask": mask,
                 "reward": float(rollout.reward)}
 
-    def _rollout_metrics(self, trainer: Any, seen: list[Rollout], dropped: Counter[str], rows: int,
-                         trained_tokens: int, generate_s: float, push_s: float) -> None:
-        """The built-in trainer's rollout metrics over every process's plays (gathered; all ranks call this)."""
-        from accelerate.utils import gather_object
-
-        light = [dataclasses.replace(r, row={}, sample=None, details={}) for r in seen]
-        tokens = [r.model_tokens for r in seen]  # read before the sample is dropped
-        parts = gather_object([(light, tokens, dict(dropped), rows, trained_tokens)])
-        everyone = [r for part in parts for r in part[0]]
-        metrics = rollout_metrics(everyone)
-        metrics["rollout/model_tokens"] = float(sum(sum(part[1]) for part in parts))
-        drops: Counter[str] = Counter()
-        for part in parts:
-            drops.update(part[2])
-        metrics.update({"rollout/groups_dropped": float(sum(drops.values())),
-                        "rollout/rows_drawn": float(sum(p[3] for p in parts)),
-                        "train/tokens": float(sum(p[4] for p in parts))})
-        metrics.update({f"rollout/groups_dropped/{k}": float(v) for k, v in drops.items()})
-        metrics["rollout/groups_kept"] = metrics["rollout/rows_drawn"] - metrics["rollout/groups_dropped"]
-        # TRL steps its optimizer whatever it is given; with every group masked out (failed) or without signal
-        # that step moves nothing, so it counts as no update, as under trainer=grpo (trainers/no_update.py).
-        metrics["train/updates"] = float(metrics["rollout/groups_kept"] > 0 and metrics["train/tokens"] > 0)
-        metrics.update({"time/generate_s": generate_s, "time/weight_push_s": push_s,
-                        "perf/generate_tokens_per_s": metrics["rollout/model_tokens"] / max(generate_s, 1e-9)})
-        self.step_metrics = metrics
-
     # --------------------------------------------------------------- eval
 
     def evaluate(self, trainer: Any | None, step: int, *, greedy: bool = False) -> dict[str, float]:
         """agentrl's evaluator on the eval split with TRL's current weights (rank 0 only)."""
         if trainer is not None:
             self.sync(trainer)
-        return trainer_eval(self.services, self.plan.bundle, self.cfg, step, sampling=self.plan.sampling,
+        return trainer_eval(self.services, self.plan.bundle, self.settings, step, sampling=self.plan.sampling,
                             greedy=greedy, times=self.times,
                             history=self.history)
-
-
-def make_callback(bridge: Bridge, trainer_ref: list[Any]) -> Any:
-    """A TrainerCallback: step timing, our evals on their cadence, and TRL's logs forwarded with ours."""
-    from transformers import TrainerCallback
-
-    class AgentrlCallback(TrainerCallback):
-        def __init__(self) -> None:
-            self.started = 0.0
-            self.pending: dict[str, float] = {}
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            self.started = time.monotonic()
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            step, t = state.global_step, bridge.t
-            metrics = dict(bridge.step_metrics)
-            step_s = time.monotonic() - self.started
-            bridge.times["train"] += step_s
-            gen, push = metrics.get("time/generate_s", 0.0), metrics.get("time/weight_push_s", 0.0)
-            metrics.update({"time/step_s": step_s, "time/train_s": max(step_s - gen - push, 0.0)})
-            metrics["perf/train_tokens_per_s"] = metrics.get("train/tokens", 0.0) / max(metrics["time/train_s"], 1e-9)
-            if "train/reward" in metrics:
-                bridge.history["train/reward"].append((step, metrics["train/reward"]))
-            if state.is_world_process_zero and (step == int(t.steps) or (int(t.eval_every)
-                                                                         and step % int(t.eval_every) == 0)):
-                metrics.update(bridge.evaluate(trainer_ref[0], step))
-            self.pending = metrics
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
-            if not state.is_world_process_zero or bridge.sink is None:
-                return
-            numbers = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
-            metrics = {f"trl/{k}": v for k, v in numbers.items()}
-            metrics.update({ours: numbers[k] for k, ours in SAME_MEANING.items() if k in numbers})
-            if "loss" in numbers and "kl" not in numbers and float(bridge.t.kl_coef) == 0:
-                metrics["train/kl"] = 0.0  # TRL computes no KL without beta; the built-in trainer logs 0 then
-            metrics.update(self.pending)
-            self.pending = {}
-            bridge.sink(metrics, state.global_step)
-
-    return AgentrlCallback()
 
 
 def weight_digest(model: torch.nn.Module) -> dict[str, list[float]]:
@@ -238,9 +173,10 @@ def record_callback(record: dict[str, Any], bridge: Bridge) -> Any:
     return RecordCallback()
 
 
-def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Sink | None,
+def train(plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Sink | None,
           resume_from: str | None = None, record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train with TRL from `start_path`; rank 0 returns the final metrics (every rank writes its weight digest).
+    Everything comes from `plan`: its objects, its typed settings, its engine factory.
 
     `resume_from`: a TRL checkpoint folder to continue (TRL's `resume_from_checkpoint`: weights, optimizer,
     scheduler, RNG and step); `record`: the run's record, written into every checkpoint.
@@ -248,20 +184,24 @@ def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_d
     from transformers import AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    torch.manual_seed(int(cfg.seed))
-    threads = set_threads(cfg)
-    cpu = use_cpu(cfg)
-    args = GRPOConfig(**grpo_config_kwargs(cfg, output_dir=output_dir, cpu=cpu))
+    settings = plan.settings
+    torch.manual_seed(settings.seed)
+    threads = set_threads(settings)
+    cpu = use_cpu(settings.trainer)
+    args = GRPOConfig(**grpo_config_kwargs(settings, output_dir=output_dir, cpu=cpu))
     rank = args.process_index
     if rank != 0:  # TRL's experimental-API notice: rank 0 shows it once, not every process
         os.environ[TRL_SILENCE] = "1"
     log.info("TRL: process %d of %d, %d torch threads, cpu=%s", rank, args.world_size, threads, cpu)
-    if str(cfg.inference.get("device") or "cpu").startswith("cuda") and args.world_size > 1:
-        cfg.inference.device = f"cuda:{args.local_process_index}"  # each rank's engine beside its own learner
+    # Only the embedded engine's schema has a device (vLLM and SGLang place their own servers).
+    engine_device = getattr(settings.inference, "device", "cpu")
+    if engine_device.startswith("cuda") and args.world_size > 1:  # each rank's engine beside its own learner
+        plan = dataclasses.replace(plan, engine_factory=plan.engine_factory.on_device(
+            f"cuda:{args.local_process_index}"))
     tokenizer = AutoTokenizer.from_pretrained(start_path, local_files_only=True)
     tokenizer.padding_side = "left"
-    services = start_services(cfg, plan, start_path)
-    bridge = Bridge(cfg, plan, services, tokenizer, sink if rank == 0 else None)
+    services = start_services(plan, start_path)
+    bridge = Bridge(plan, services, tokenizer, sink if rank == 0 else None)
     if resume_from:  # the points so far, so the next checkpoint's record holds the whole curve
         bridge.history = resumed_history(Path(resume_from), checkpoint_step(Path(resume_from), TRANSFORMERS) or 0,
                                          list(bridge.history))
@@ -269,7 +209,7 @@ def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_d
     try:
         trainer_ref: list[Any] = []
         trainer = GRPOTrainer(model=start_path, reward_funcs=[agentrl_reward], args=args,
-                              train_dataset=train_dataset(cfg, plan.bundle), processing_class=tokenizer,
+                              train_dataset=train_dataset(settings, plan.bundle), processing_class=tokenizer,
                               callbacks=[make_callback(bridge, trainer_ref),
                                          *([record_callback(record, bridge)] if record else [])], rollout_func=bridge)
         trainer_ref.append(trainer)
@@ -282,11 +222,11 @@ def train(cfg: DictConfig, plan: Any, *, start_path: str, output_dir: str, run_d
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         (Path(run_dir) / f"trl_rank{rank}_weights.json").write_text(json.dumps(weight_digest(model)))
         if trainer.accelerator.is_main_process:
-            steps = int(cfg.trainer.steps)
+            steps = settings.trainer.steps
             greedy = bridge.evaluate(trainer, steps, greedy=True)
             if sink is not None:
                 sink(greedy, steps)
-            final = {**bridge.step_metrics, **greedy}
+            final = {**(bridge.stats.as_metrics() if bridge.stats is not None else {}), **greedy}
             if bridge.history["eval/reward"]:
                 final["eval/reward"] = bridge.history["eval/reward"][-1][1]
             final["time/train_total_s"] = bridge.times["train"]

@@ -107,14 +107,16 @@ def test_trl_gets_the_same_schedule_and_checkpointing():
     from transformers import get_scheduler
     from trl import GRPOConfig
 
+    from agentrl.config.agent import ToolCallingAgentConfig
+    from agentrl.config.model import TinyModelConfig
+    from agentrl.config.schema import RunConfig
     from agentrl.config.trainer import TRLTrainerConfig
     from agentrl.trainers.trl_args import grpo_config_kwargs
 
-    t = OmegaConf.merge(OmegaConf.structured(TRLTrainerConfig), {"lr": 0.01, "steps": 6, "lr_warmup_steps": 2,
-                                                                 "lr_schedule": "cosine"})
-    cfg = OmegaConf.create({"seed": 0, "trainer": t, "agent": {"max_turns": 2, "max_response_tokens": 16},
-                            "model": {"dtype": "bfloat16", "gradient_checkpointing": True}})
-    args = GRPOConfig(**grpo_config_kwargs(cfg, output_dir="/tmp/agentrl-lr-test", cpu=True))
+    settings = RunConfig(seed=0, trainer=TRLTrainerConfig(lr=0.01, steps=6, lr_warmup_steps=2, lr_schedule="cosine"),
+                         agent=ToolCallingAgentConfig(max_turns=2, max_response_tokens=16),
+                         model=TinyModelConfig(dtype="bfloat16", gradient_checkpointing=True))
+    args = GRPOConfig(**grpo_config_kwargs(settings, output_dir="/tmp/agentrl-lr-test", cpu=True))
     assert (args.lr_scheduler_type, args.warmup_steps, args.gradient_checkpointing) == ("cosine", 2, True)
     assert args.model_init_kwargs == {"dtype": "bfloat16"}
     # transformers' scheduler of that name, as TRL's Trainer builds it, moves the rate every step.
@@ -127,6 +129,6 @@ def test_trl_gets_the_same_schedule_and_checkpointing():
         opt.step()
         sched.step()
     assert rates[:3] == pytest.approx([0.0, 0.005, 0.01]) and rates[3] > rates[4] > rates[5] > 0
-    const = grpo_config_kwargs(OmegaConf.merge(cfg, {"trainer": {"lr_schedule": "constant"}}), output_dir="/x",
-                               cpu=True)
+    settings.trainer.lr_schedule = "constant"
+    const = grpo_config_kwargs(settings, output_dir="/x", cpu=True)
     assert const["lr_scheduler_type"] == "constant_with_warmup"

@@ -14,10 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from omegaconf import OmegaConf
 
+from agentrl.config.agent import CoEvolutionAgentConfig, RoleConfig, ToolCallingAgentConfig
+from agentrl.config.model import TinyModelConfig
+from agentrl.config.schema import RunConfig
+from agentrl.config.trainer import TRLTrainerConfig
+from agentrl.plan import Plan
 from agentrl.testing.mlflow_store import seed_store
 from agentrl.testing.tiny_models import seed_tiny_model
+from agentrl.trainers.trl import TRLTrainer
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["+recipe=gridsim_grpo", "trainer=trl", "trainer.prompts_per_step=4", "trainer.samples_per_prompt=4",
@@ -112,19 +117,25 @@ def test_dry_run_prints_the_grpo_config_and_the_launch(tmp_path: Path) -> None:
     assert "accelerate.commands.launch --multi_gpu" in launch and "-m agentrl.trl_rank" in launch
 
 
-def _cfg(**trainer: object) -> object:
-    from agentrl.config.trainer import TRLTrainerConfig
+def _settings(agent: Any = None, **trainer: Any) -> RunConfig:
+    """Typed settings as the plan holds them (`Plan.settings`): the TRL trainer's, a tool-calling agent's, a
+    model's; the groups trl_args does not read stay unset."""
+    return RunConfig(seed=3, trainer=TRLTrainerConfig(**trainer),
+                     agent=agent or ToolCallingAgentConfig(max_turns=4, max_response_tokens=96),
+                     model=TinyModelConfig())
 
-    base = OmegaConf.structured(TRLTrainerConfig)
-    return OmegaConf.create({"seed": 3, "trainer": OmegaConf.merge(base, trainer),
-                             "agent": {"max_turns": 4, "max_response_tokens": 96}})
+
+def _plan(settings: RunConfig) -> Plan:
+    """A plan holding only what the bridge reads here: its typed settings (no env, agent or services)."""
+    return Plan(cfg=None, choices={}, run_dir=Path("unused"), bundle=None, agent=None, reward=None,
+                trainer_cls=TRLTrainer, settings=settings)
 
 
 def test_overlapped_rollouts_are_the_built_in_trainers_only() -> None:
     from agentrl.trainers.trl_args import TRLConfigError, check_config
 
     with pytest.raises(TRLConfigError, match=r"trainer.off_policy_steps=1 has no counterpart in TRL"):
-        check_config(_cfg(off_policy_steps=1))
+        check_config(_settings(off_policy_steps=1))
 
 
 def test_mapping_builds_a_real_grpo_config() -> None:
@@ -132,16 +143,16 @@ def test_mapping_builds_a_real_grpo_config() -> None:
 
     from agentrl.trainers.trl_args import grpo_config_kwargs
 
-    cfg = _cfg(lr=5e-5, steps=7, clip_high=0.28, kl_coef=0.01, loss="gspo", micro_batch_samples=4,
-               extra_args={"mask_truncated_completions": True})
-    kwargs = grpo_config_kwargs(cfg, output_dir="/tmp/x", cpu=True)
+    settings = _settings(lr=5e-5, steps=7, clip_high=0.28, kl_coef=0.01, loss="gspo", micro_batch_samples=4,
+                         extra_args={"mask_truncated_completions": True})
+    kwargs = grpo_config_kwargs(settings, output_dir="/tmp/x", cpu=True)
     args = GRPOConfig(**kwargs)
     assert (args.learning_rate, args.max_steps, args.num_generations) == (5e-5, 7, 8)
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 8)
     assert (args.epsilon, args.epsilon_high, args.beta) == (0.2, 0.28, 0.01)
     assert (args.loss_type, args.importance_sampling_level, args.scale_rewards) == ("grpo", "sequence", "group")
     assert args.mask_truncated_completions and args.max_completion_length == 4 * 96
-    dr = grpo_config_kwargs(_cfg(loss="dr_grpo"), output_dir="/tmp/x", cpu=True)
+    dr = grpo_config_kwargs(_settings(loss="dr_grpo"), output_dir="/tmp/x", cpu=True)
     assert (dr["loss_type"], dr["scale_rewards"]) == ("dr_grpo", "none")
 
 
@@ -152,15 +163,14 @@ def test_mapping_builds_a_real_grpo_config() -> None:
     ({"micro_batch_samples": 5}, {}, "trainer.micro_batch_samples=5"),
     ({"extra_args": {"not_a_field": 1}}, {}, "not_a_field"),
     ({"extra_args": {"beta": 0.1}}, {}, "beta"),
-    ({}, {"roles": [{"name": "solver"}, {"name": "selector"}]}, "2 roles (solver, selector)"),
+    ({}, {"roles": [RoleConfig(name="solver"), RoleConfig(name="selector")]}, "2 roles (solver, selector)"),
 ])
 def test_refusals_name_the_key(trainer: dict, agent: dict, named: str) -> None:
     from agentrl.trainers.trl_args import TRLConfigError, check_config
 
-    cfg = _cfg(**trainer)
-    cfg.agent = OmegaConf.merge(cfg.agent, agent)
+    settings = _settings(CoEvolutionAgentConfig(**agent) if agent else None, **trainer)
     with pytest.raises(TRLConfigError, match=re.escape(named)):
-        check_config(cfg)
+        check_config(settings)
 
 
 def test_a_play_becomes_trl_fields(tmp_path: Path) -> None:
@@ -176,7 +186,7 @@ def test_a_play_becomes_trl_fields(tmp_path: Path) -> None:
     path = ensure_tiny_model(str(tmp_path / "tiny"), vocab_size=512, hidden_size=32, num_layers=1, num_heads=2,
                              num_kv_heads=1, intermediate_size=64)
     tok = AutoTokenizer.from_pretrained(path)
-    bridge = Bridge(_cfg(), plan=None, services=None, tokenizer=tok, sink=None)
+    bridge = Bridge(_plan(_settings()), services=None, tokenizer=tok, sink=None)
     sample = Sample([5, 6, 7, 8, 9, 10, 11], [0, 0, 1, 1, 0, 1, 1], [0, 0, -0.5, -0.2, 0, -0.1, -0.3],
                     turn_boundaries=[(2, 4), (5, 7)])
     played = Rollout(reward=0.75, sample=sample)
@@ -190,3 +200,69 @@ def test_a_play_becomes_trl_fields(tmp_path: Path) -> None:
     fields = bridge._completion(empty, train=True)
     assert fields["prompt_ids"] and fields["completion_ids"] == [tok.eos_token_id]
     assert fields["env_mask"] == [0] and fields["reward"] == 0.0
+
+
+def _played(reward: float, mask: list[int], *, failed: bool = False, group: str = "a") -> Any:
+    from agentrl.agents.record import Failure, Rollout
+    from agentrl.inference.samples import Sample
+
+    rollout = Rollout(reward=reward, sample=Sample([1, 2, *range(3, 3 + len(mask))], [0, 0, *mask],
+                                                   [0.0] * (2 + len(mask))),
+                      row={"messages": [], "metadata": {"task": {"bundle": group}}})
+    if failed:
+        rollout.flag(Failure.ENV_ERROR, "the episode's code failed")
+    return rollout
+
+
+def test_a_trl_step_reports_step_stats_as_the_grpo_step_does() -> None:
+    """rollout_func's plays, the step's end and TRL's log of its update make one `StepStats`: a failed group is
+    dropped, TRL's loss is train/loss, the sink gets `as_metrics()`; a step whose every group dropped trained
+    nothing (train/updates 0); TRL's closing summary is forwarded under trl/ alone."""
+    from collections import Counter
+
+    from transformers import TrainerControl, TrainerState
+
+    from agentrl.group_filter import FAILED
+    from agentrl.trainers.step_products import StepStats
+    from agentrl.trainers.trl_steps import gather_step, make_callback
+    from agentrl.trainers.trl_worker import Bridge
+
+    sent: list[tuple[int, dict[str, float]]] = []
+    bridge = Bridge(_plan(_settings(steps=5, eval_every=0)), services=None, tokenizer=None,
+                    sink=lambda metrics, step: sent.append((step, metrics)))
+    kept = [_played(1.0, [1, 1]), _played(0.0, [1, 0])]
+    failed = [_played(0.0, [1, 1], failed=True, group="b"), _played(0.0, [1, 1], failed=True, group="b")]
+    bridge.played = gather_step(1, [kept, failed], [None, FAILED], trained_tokens=3, push_s=0.0, generate_s=0.5,
+                                played_from=0, row_cursor=4, breakdown={"bundle": "reward/{}"})
+    callback, control = make_callback(bridge, [None]), TrainerControl()
+    state = TrainerState(global_step=1, is_world_process_zero=True)
+    callback.on_step_begin(None, state, control)
+    callback.on_step_end(None, state, control)
+    callback.on_log(None, state, control, logs={"loss": 0.25, "grad_norm": 0.5, "learning_rate": 1e-6})
+
+    stats = bridge.stats
+    assert isinstance(stats, StepStats) and stats.step == 1 and stats.updates == 1.0
+    assert stats.batch.dropped == Counter({FAILED: 1})
+    assert [[r.reward for r in g] for g in stats.batch.kept] == [[1.0, 0.0]]
+    step, metrics = sent[-1]
+    assert step == 1 and metrics == stats.as_metrics()
+    assert metrics["train/reward"] == 0.25 and metrics["rollout/flagged"] == 0.5
+    assert (metrics["train/reward/a"], metrics["train/reward/b"]) == (0.5, 0.0)  # env=mix's per-bundle rewards
+    assert (metrics["rollout/rows_drawn"], metrics["rollout/groups_kept"], metrics["rollout/groups_dropped"]) == \
+        (2.0, 1.0, 1.0)
+    assert metrics["rollout/model_tokens"] == 7.0 and metrics["train/tokens"] == 3.0  # the gather kept the masks
+    assert (metrics["train/loss"], metrics["train/grad_norm"], metrics["train/kl"]) == (0.25, 0.5, 0.0)
+    assert metrics["trl/learning_rate"] == 1e-6 and metrics["time/generate_s"] == 0.5
+    assert metrics["time/step_s"] >= 0 and metrics["time/weight_push_s"] == 0.0
+    assert bridge.history["train/reward"] == [(1, 0.25)]
+
+    callback.on_log(None, state, control, logs={"train_runtime": 3.0})
+    assert sent[-1] == (1, {"trl/train_runtime": 3.0})
+
+    bridge.played = gather_step(2, [failed], [FAILED], trained_tokens=0, push_s=0.1, generate_s=0.5,
+                                played_from=1, row_cursor=8)
+    state.global_step = 2
+    callback.on_step_begin(None, state, control)
+    callback.on_step_end(None, state, control)
+    callback.on_log(None, state, control, logs={"loss": 0.0, "grad_norm": 0.0})
+    assert bridge.stats.step == 2 and bridge.stats.updates == 0.0 and sent[-1][1]["train/updates"] == 0.0
