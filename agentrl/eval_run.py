@@ -76,7 +76,7 @@ def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict
         lines.append(f"pass@k        {', '.join(passes)}")
     skip = {"eval/reward", "eval/reward_stderr", "eval/zero_share"}
     if parts := [f"{k[5:]} {v:.3f}" for k, v in sorted(metrics.items())
-                 if k.startswith("eval/reward_") and k not in skip]:
+                 if k.startswith(("eval/reward_", "eval/reward/")) and k not in skip]:
         lines.append(f"breakdown     {', '.join(parts)}")
     if results is not None:
         lines.append(f"per-task      {results} (and in MLflow: evals/; the eval table evals/eval_table.json)")

@@ -233,3 +233,16 @@ async def test_a_remote_bundle_joins_the_mix_through_its_url():
                             {"url": env_url, "split": "eval", "index": 1, "max_turns": 8})
     assert out["reward"] == 1.0 and out["agentenv_scores"] == {"reward": 1.0}
     assert mixed.task_info("eval", 1).task_id.startswith("guess/")
+
+
+def test_agentrl_evals_closing_block_lists_each_bundles_reward(tmp_path: Path):
+    from agentrl.eval_run import closing_block
+
+    class NoRun:  # an evaluation whose tracker opened no run: the block names no MLflow run
+        run_id = None
+
+    metrics = {"eval/reward": 0.5, "eval/reward_stderr": 0.1, "eval/reward/gridsim": 1.0, "eval/reward/rg": 0.0,
+               "eval/reward_1h": 1.0}
+    block = closing_block(status="FINISHED", run_dir=tmp_path, tracker=NoRun(), metrics=metrics, tasks=2, samples=1,
+                          results=None, wall_s=1.0)
+    assert "breakdown     reward/gridsim 1.000, reward/rg 0.000, reward_1h 1.000" in block
