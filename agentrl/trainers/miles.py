@@ -108,6 +108,16 @@ class MilesTrainer(TrainerBase):
         except MilesConfigError as err:
             raise SystemExit(f"agentrl: {err}") from None
 
+    @classmethod
+    def plan_problem(cls, settings: Any) -> str | None:
+        """Why these typed settings (`RunConfig`) cannot make a Miles run (batch sizes, placement, KL, parsers;
+        None: they can): the plan refuses them on any machine, before anything starts."""
+        try:
+            check_config(settings)
+        except MilesConfigError as err:
+            return str(err)
+        return None
+
     # ------------------------------------------------------------------ dry run
 
     @classmethod

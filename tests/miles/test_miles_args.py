@@ -19,7 +19,7 @@ from agentrl.config import register_configs
 from agentrl.config.inference import SGLangInferenceConfig, VLLMInferenceConfig
 from agentrl.config.locate import conf_dir
 from agentrl.config.trainer import MilesTrainerConfig
-from agentrl.plan import Plan, build_plan
+from agentrl.plan import Plan, PlanError, build_plan
 from agentrl.trainers.miles import MilesTrainer, MilesUnavailable, project_root, require_gpus, require_miles
 from agentrl.trainers.miles_args import (
     FIXED_TEMPLATES,
@@ -246,9 +246,18 @@ def _miles_plan(tmp_path: Path, *overrides: str) -> Plan:
     return build_plan(cfg, choices={"trainer": "miles"}, run_dir=tmp_path / "run")
 
 
+def test_the_plan_refuses_what_miles_cannot_run(tmp_path):
+    with pytest.raises(PlanError, match=r"trainer.global_batch_size=30 must equal .* 4 x 8 = 32"):
+        _miles_plan(tmp_path, "trainer.global_batch_size=30")
+    with pytest.raises(PlanError, match="kl_coef=0.1 needs a reference model"):
+        _miles_plan(tmp_path, "trainer.kl_coef=0.1")
+
+
 def test_trainer_construction_checks_the_plans_settings(tmp_path):
+    plan = _miles_plan(tmp_path)
+    plan.settings.trainer.kl_coef = 0.1  # past the plan's own check, as a plan built by hand could be
     with pytest.raises(SystemExit, match="kl_coef=0.1 needs a reference model"):
-        MilesTrainer(plan=_miles_plan(tmp_path, "trainer.kl_coef=0.1"), tracker=None)
+        MilesTrainer(plan=plan, tracker=None)
     trainer = MilesTrainer(plan=_miles_plan(tmp_path, "trainer.save_dir=/ckpt"), tracker=None)
     assert not hasattr(trainer, "cfg")  # the plan's typed settings are all it reads
     assert isinstance(trainer.settings.trainer, MilesTrainerConfig)
