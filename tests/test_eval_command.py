@@ -73,6 +73,14 @@ def test_eval_command_then_compare(tmp_path: Path) -> None:
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     run = client.get_run(eval_id)
     assert run.data.tags["agentrl.run_kind"] == "evaluation"
+
+    def eval_inputs(run_id: str) -> list:
+        return [i.dataset for i in client.get_run(run_id).inputs.dataset_inputs
+                if any(t.key == "mlflow.data.context" and t.value == "eval" for t in i.tags)]
+
+    # One split, one dataset: the eval run logs the training run's eval entry, the bundle's data options included.
+    (evaluated,), (trained,) = eval_inputs(eval_id), eval_inputs(train_id)
+    assert evaluated.digest == trained.digest and evaluated.profile == trained.profile
     assert "agentrl.run_kind" not in client.get_run(train_id).data.tags
     assert run.data.tags["agentrl.eval.model"] == str(train_dir / "final_model")
     metrics = run.data.metrics
