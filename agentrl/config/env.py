@@ -63,12 +63,13 @@ class ArithEnvConfig(EnvConfig):
 
 @dataclass
 class OpenEnvEnvConfig(EnvConfig):
-    """An OpenEnv server someone else wrote (openenv-core's app or any server speaking the protocol)."""
+    """An OpenEnv server someone else wrote (OpenEnv's app or any server speaking the protocol)."""
 
     bundle: str = "openenv"
     url: str | None = None  # the remote server's base URL (http://host:port); required, checked at plan time
-    # When url is null: an app to serve here instead (package.module:function returning an ASGI app, e.g.
-    # agentrl.envs.openenv_remote.example:app), on a free local port for the run's lifetime.
+    # When url is null: an app to serve here instead, on a free local port for the run's lifetime: an OpenEnv
+    # environment folder (its openenv.yaml names the app, e.g. OpenEnv/envs/grid_world_env), or
+    # package.module:function returning an ASGI app (e.g. agentrl.envs.openenv_remote.example:app).
     serve: str | None = None
     # The *name* of the environment variable holding the remote server's bearer token.
     token_var: str | None = None

@@ -1,6 +1,6 @@
-"""`env=openenv` against real openenv-core 0.3.0 servers (openenv-core's own app, not our server).
+"""`env=openenv` against real OpenEnv servers (the installed `openenv` package's own app, not our server).
 
-Two remote envs: `GuessEnv`, the documented example (`agentrl.envs.openenv_remote.example`: an openenv-core
+Two remote envs: `GuessEnv`, the documented example (`agentrl.envs.openenv_remote.example`: an OpenEnv
 `MCPEnvironment` with one FastMCP tool, find a hidden number: a multi-step episode, reward 1 when found), and
 `CounterEnv`, defined here, a typed-action env (`CountAction`) whose step
 raises on a negative increment (a remote failure). Our agent plays them through our env server serving the

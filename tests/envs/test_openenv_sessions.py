@@ -1,9 +1,9 @@
-"""Rows drawn from a remote OpenEnv env leave no session open (a real openenv-core 0.3.0 server).
+"""Rows drawn from a remote OpenEnv env leave no session open (a real server of the installed `openenv` package).
 
 `make_row` reads a task's opening turn (the env's reset observation is part of the prompt), which for
 `env=openenv` means a WebSocket session on someone else's server. A session left open holds one of the
 server's `max_concurrent_envs` slots until the server reaps it, so a run that leaked one per drawn row stopped
-after about that many rows. Here the server counts its live envs (openenv-core closes an env when its session
+after about that many rows. Here the server counts its live envs (OpenEnv closes an env when its session
 ends), and 1,000 rows are drawn, from threads as the trainers' rollout and eval threads do.
 """
 

@@ -1,5 +1,5 @@
 """The documented OpenEnv example can learn: its teacher (`env.teacher`, a scripted policy) plays the remote
-server for the warm start's demonstrations, and the recipe's warm start trains on them (a real openenv-core
+server for the warm start's demonstrations, and the recipe's warm start trains on them (a real OpenEnv
 server; the recipe through the real CLI)."""
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_the_recipes_warm_start_learns_the_remote_env(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    # The recipe as shipped: it serves the example (openenv-core's app) itself, on a free port (env.serve).
+    # The recipe as shipped: it serves the example (OpenEnv's app) itself, on a free port (env.serve).
     done = run_cli(["+recipe=openenv_guess", "trainer.steps=1", "trainer.eval_limit=16"], cwd=REPO, env=env)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]

@@ -4,7 +4,7 @@ The bundle is a thin proxy: each episode opens one WebSocket session on the remo
 relays the agent's tool calls to it, so our env server, every trainer, the rows for Miles and every agent
 play it unchanged. Two shapes of remote env are played:
 
-* `tools`: an env with MCP tools (openenv-core's `MCPEnvironment`, or any env taking `list_tools` and
+* `tools`: an env with MCP tools (OpenEnv's `MCPEnvironment`, or any env taking `list_tools` and
   `call_tool` actions). The tools are discovered (or named in `env.tools`); each call is a `call_tool` step.
 * `actions`: an env with a typed step action. One tool, `env.action_tool` (default `act`), takes the
   action's fields, its JSON schema read from the server's `/schema`.

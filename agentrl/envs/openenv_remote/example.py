@@ -2,7 +2,7 @@
 
     python -m agentrl.envs.openenv_remote.example --port 8010
 
-Served by openenv-core's own app (`create_app`, the `[dev]` extra installs openenv-core): an `MCPEnvironment`
+Served by OpenEnv's own app (`create_app` of the `openenv` package, which the `[dev]` extra installs): an `MCPEnvironment`
 with one FastMCP tool, `guess`. Each reset (`seed`) hides a number 1..8; the reward is 1 when it is found
 within six guesses, else 0. `bisect` is its teacher (`env.teacher=agentrl.envs.openenv_remote.example:bisect`):
 it halves the range the answers so far leave, so it finds any number in at most four guesses.
@@ -87,7 +87,7 @@ class GuessEnv(MCPEnvironment):
 
 
 def app() -> Any:
-    """The example's ASGI app: openenv-core's own server of `GuessEnv` (64 sessions at once); `env.serve` takes it."""
+    """The example's ASGI app: OpenEnv's own server of `GuessEnv` (64 sessions at once); `env.serve` takes it."""
     return create_app(GuessEnv, CallToolAction, CallToolObservation, max_concurrent_envs=64)
 
 

@@ -1,7 +1,7 @@
 """A blocking client for someone else's OpenEnv server: `/health`, `/schema` and one `/ws` session.
 
 Episode methods run on the local sandbox's worker threads, so this client is synchronous (websockets'
-sync API): one `RemoteSession` per episode. A server at capacity (openenv-core's default cap is one
+sync API): one `RemoteSession` per episode. A server at capacity (OpenEnv's default cap is one
 session) is waited for until `room_timeout`; every other failure is a `RemoteEnvError` naming the URL.
 """
 
@@ -105,7 +105,7 @@ class RemoteSession:
                                  "CONNECTION") from exc
 
     def reset(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Open the session and reset it; a full server (openenv-core's default cap is one session) is waited
+        """Open the session and reset it; a full server (OpenEnv's default cap is one session) is waited
         for until `room_timeout`."""
         deadline = time.monotonic() + self._room_timeout
         delay = 0.05
@@ -169,7 +169,7 @@ class RemoteSession:
         ws, self._ws = self._ws, None
         if ws is None:
             return
-        # Say `close` and let the server close the socket: closing ours at once races openenv-core's own
+        # Say `close` and let the server close the socket: closing ours at once races OpenEnv's own
         # close (it then logs a ClientDisconnected traceback).
         try:
             ws.send(json.dumps({"type": "close"}))
