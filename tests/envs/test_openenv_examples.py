@@ -9,10 +9,12 @@ import json
 import os
 import re
 import threading
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
 from agentrl.envs.bundles import load_bundle
 from agentrl.envs.openenv_remote.local_app import local_app, read_manifest
@@ -25,6 +27,12 @@ from tests.envs.openenv_examples.grid_world_teacher import to_goal
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = Path(__file__).resolve().parent / "openenv_examples"
 ECHO, GRID = EXAMPLES / "echo_env", EXAMPLES / "grid_world_env"
+
+
+def test_the_examples_run_on_openenv_0_10() -> None:
+    assert Version(version("openenv")) >= Version("0.10")  # the server these tests play is 0.10's create_app
+    routes = {getattr(r, "path", None) for r in local_app(str(ECHO)).app.routes}
+    assert {"/ws", "/mcp", "/schema", "/metadata"} <= routes
 
 
 def test_the_mcp_example_is_served_from_its_manifest_and_its_tools_are_played() -> None:
