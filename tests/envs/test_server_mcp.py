@@ -266,3 +266,38 @@ def test_build_app_refuses_a_bad_idle_timeout():
     for bad in (0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="session_idle_timeout"):
             build_app(EchoBundle(), session_idle_timeout=bad)
+
+
+def test_tool_timeout_over_http_ends_the_episode_and_the_server_answers_meanwhile(tmp_path):
+    app = build_app(EchoBundle(marker_dir=str(tmp_path)), tool_timeout=0.3)
+    with serve_in_background(app) as url:
+
+        async def scenario() -> None:
+            sid = create(url)
+            async with connect(ws_url(url) + f"?session_id={sid}") as ws:
+                await ask(ws, {"type": "reset", "data": {"split": "eval", "index": 0}})
+                slow = asyncio.create_task(asyncio.to_thread(
+                    post, url, rpc("tools/call", 1, session_id=sid, name="sleep", arguments={"seconds": 1.5})))
+                # Another session is served while that call blocks.
+                assert await asyncio.to_thread(lambda: "result" in post(url, rpc("openenv/session/create")).json())
+                error = (await slow).json()["error"]
+                assert error["code"] == -32603 and error["message"].startswith("timeout: the tool call 'sleep'")
+                assert error["data"]["done"] is True and error["data"]["metadata"]["failure"] == "tool_timeout"
+
+        asyncio.run(scenario())
+        # The timed-out episode is torn down once its stuck call returns.
+        assert wait_until(lambda: any("echo-eval-0" in p.name for p in tmp_path.glob("closed-*")), 30)
+
+
+def test_sessions_left_open_are_torn_down_at_shutdown(tmp_path):
+    app = build_app(EchoBundle(marker_dir=str(tmp_path)), max_concurrent_envs=4)
+    with serve_in_background(app) as url:
+
+        async def leave_open() -> None:
+            for i in range(2):  # reset over a joined WebSocket, then leave without closing the session
+                async with connect(ws_url(url) + f"?session_id={create(url)}") as ws:
+                    await ask(ws, {"type": "reset", "data": {"split": "train", "index": i}})
+
+        asyncio.run(leave_open())
+        assert len(app.state.sessions) == 2 and app.state.served.sandbox.live == 2
+    assert len(list(tmp_path.glob("closed-*"))) == 2 and app.state.served.sandbox.live == 0
