@@ -104,7 +104,8 @@ def test_an_environment_folder_is_named_and_checked(tmp_path: Path) -> None:
              (folder("broken", "app: [server.app\n"), "not valid YAML"),
              (folder("noattr", "app: flat:nothing\n", **{"flat.py": "x = 1\n"}), "has no 'nothing'"),
              (folder("raises", "app: flat:app\n", **{"flat.py": "raise RuntimeError('no database')\n"}),
-              "RuntimeError: no database")]
+              "RuntimeError: no database"),
+             (folder("agentrl", "app: plan:build_plan\n"), "is imported from")]  # a name already taken here
     for spec, says in cases:
         with pytest.raises(ValueError, match=re.escape(says)) as caught:
             load_bundle("openenv", serve=spec, train_size=1, eval_size=1)

@@ -78,13 +78,18 @@ def import_manifest_app(manifest: Manifest, spec: str) -> Any:
         root, qualified = folder.parent, f"{folder.name}.{module_name}"
     else:
         root, qualified = folder, module_name  # not a package name: its modules are imported from inside it
+    # Appended, not put first: the folder's siblings must not shadow what this process already imports.
     if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
+        sys.path.append(str(root))
     try:
         module = importlib.import_module(qualified)
     except Exception as exc:  # noqa: BLE001 - the env's own import failed: say which, and why
         raise ValueError(f"env.serve={spec}: importing {qualified} (the app of {folder / MANIFEST}) failed: "
                          f"{type(exc).__name__}: {exc}") from exc
+    source = Path(getattr(module, "__file__", None) or "").resolve()
+    if not source.is_relative_to(folder):
+        raise ValueError(f"env.serve={spec}: {qualified} is imported from {source}, not from {folder} (a module "
+                         "of that name is already importable here: rename the folder or uninstall the other)")
     found = getattr(module, attr, None)
     if found is None:
         raise ValueError(f"env.serve={spec}: {qualified} has no {attr!r} (the app {folder / MANIFEST} names)")
