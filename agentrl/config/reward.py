@@ -65,3 +65,33 @@ class RubricRewardConfig(RewardConfig):
     # Judged plays (co-evolution): the factor every rollout of the play gets, a rubric of the play's outcome
     # (null: 1). reward=asymmetric is a Threshold over the Score, above 1.2, below 0.8.
     weight: Any = None
+
+
+# The nodes of a reward=rubric tree (`agentrl.rubrics`): their schemas, the one home of their defaults. The tree
+# is held untyped (`RubricRewardConfig.rubric: Any`); the plan checks each node's keys against its class.
+
+
+@dataclass
+class ScoreNodeConfig:
+    _target_: str = "agentrl.rubrics.Score"
+    name: str | None = None  # null: the episode's one score
+
+
+@dataclass
+class FormatNodeConfig:
+    _target_: str = "agentrl.rubrics.Format"
+    full: bool = False  # the pattern must match the whole answer (else anywhere in it)
+
+
+@dataclass
+class GateNodeConfig:
+    _target_: str = "agentrl.rubrics.Gate"
+    threshold: float = 1.0  # OpenEnv's Gate: the child's score at or above this, else 0
+
+
+@dataclass
+class ThresholdNodeConfig:
+    _target_: str = "agentrl.rubrics.Threshold"
+    threshold: float = 1.0
+    above: float = 1.0  # the value when the child reaches the threshold
+    below: float = 0.0  # else (and when the child's score is missing)

@@ -19,6 +19,7 @@ from openenv.core.rubrics import Rubric
 from openenv.core.rubrics import Sequential as _Sequential
 from openenv.core.rubrics import WeightedSum as _WeightedSum
 
+from agentrl.config.reward import FormatNodeConfig, GateNodeConfig, ScoreNodeConfig, ThresholdNodeConfig
 from agentrl.rewards import RewardError
 
 
@@ -39,7 +40,7 @@ class Graded:
 class Score(Rubric):
     """The env's score named `name` (null: the episode's one score)."""
 
-    def __init__(self, name: str | None = None) -> None:
+    def __init__(self, name: str | None = ScoreNodeConfig.name) -> None:
         super().__init__()
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError(f"name={name!r}: a score's name is a non-empty string (or null: the one score)")
@@ -60,7 +61,7 @@ class Score(Rubric):
 class Format(Rubric):
     """1 when the answer matches the regular expression `pattern` (anywhere; the whole answer with `full`), else 0."""
 
-    def __init__(self, pattern: str, full: bool = False) -> None:
+    def __init__(self, pattern: str, full: bool = FormatNodeConfig.full) -> None:
         super().__init__()
         try:
             self.regex = re.compile(pattern, re.DOTALL)
@@ -120,7 +121,7 @@ class Sequential(_Sequential):
 class Gate(_Gate):
     """OpenEnv's `Gate`: the child's score when it reaches `threshold`, else 0."""
 
-    def __init__(self, rubric: Rubric, threshold: float = 1.0) -> None:
+    def __init__(self, rubric: Rubric, threshold: float = GateNodeConfig.threshold) -> None:
         if not isinstance(rubric, Rubric):
             raise ValueError(f"rubric: not a rubric node, got {rubric!r}")
         super().__init__(rubric, float(threshold))
@@ -130,7 +131,8 @@ class Threshold(Rubric):
     """`above` when the child reaches `threshold`, else `below`; a score the child lacks counts as below (so
     `reward=asymmetric` is `Threshold(Score(), 1.0, above=1.2, below=0.8)` of a judged play's outcome)."""
 
-    def __init__(self, rubric: Rubric, threshold: float = 1.0, above: float = 1.0, below: float = 0.0) -> None:
+    def __init__(self, rubric: Rubric, threshold: float = ThresholdNodeConfig.threshold,
+                 above: float = ThresholdNodeConfig.above, below: float = ThresholdNodeConfig.below) -> None:
         super().__init__()
         if not isinstance(rubric, Rubric):
             raise ValueError(f"rubric: not a rubric node, got {rubric!r}")

@@ -15,6 +15,7 @@ from typing import Any
 from openenv.core.rubrics import Rubric
 
 from agentrl.agents.record import Failure, Play, Rollout
+from agentrl.config.reward import RubricRewardConfig
 from agentrl.rewards import RewardError, RewardGroup
 from agentrl.rubrics.judge import Judge, JudgeError
 from agentrl.rubrics.parts import Graded, Score, config_nodes
@@ -50,7 +51,8 @@ class RubricReward(RewardGroup):
     """`reward=rubric`: `rubric` scores each episode (None: its one score); `weight` (optional) is the factor of a judged play's
     rollouts, a rubric of the play's outcome (co-evolution's selected answer)."""
 
-    def __init__(self, rubric: Rubric | None = None, weight: Rubric | None = None) -> None:
+    def __init__(self, rubric: Rubric | None = RubricRewardConfig.rubric,
+                 weight: Rubric | None = RubricRewardConfig.weight) -> None:
         for key, node in (("rubric", rubric), ("weight", weight)):
             if node is not None and not isinstance(node, Rubric):
                 raise ValueError(f"{key}: not a rubric node (a _target_ under agentrl.rubrics), got {node!r}")

@@ -90,3 +90,21 @@ def test_each_part_is_a_train_metric_of_the_step():
     metrics = rollout_metrics(rollouts)
     assert metrics["train/rubric/grade"] == 0.75 and metrics["train/rubric/format"] == 0.5
     assert metrics["train/rubric/total"] == metrics["train/reward"] == pytest.approx((1.0 + 0.25) / 2)
+
+
+@pytest.mark.parametrize("cls, schema", [
+    ("Score", "ScoreNodeConfig"), ("Format", "FormatNodeConfig"), ("Gate", "GateNodeConfig"),
+    ("Threshold", "ThresholdNodeConfig"), ("Judge", "JudgeConfig"), ("RubricReward", "RubricRewardConfig"),
+])
+def test_each_nodes_defaults_are_its_schemas(cls: str, schema: str):
+    import dataclasses
+    import inspect
+
+    import agentrl.config.reward as schemas
+    import agentrl.rubrics as rubrics
+
+    fields = {f.name: f.default for f in dataclasses.fields(getattr(schemas, schema))
+              if f.name != "_target_" and f.default is not dataclasses.MISSING}
+    params = {n: p.default for n, p in inspect.signature(getattr(rubrics, cls)).parameters.items()
+              if p.default is not inspect.Parameter.empty}
+    assert params == fields
