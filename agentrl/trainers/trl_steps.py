@@ -127,7 +127,8 @@ def make_callback(bridge: Any, trainer_ref: list[Any]) -> Any:
             if self.times is not None and bridge.played is not None:  # the step's update: its report
                 bridge.stats = step_stats(state.global_step, bridge.played, numbers, self.times,
                                           kl_coef=bridge.t.kl_coef)
-                metrics = {**bridge.stats.as_metrics(), **self.evals}
+                # reward=rubric's judge/* counters: this rank's judge (each rank builds its own reward group)
+                metrics = {**bridge.stats.as_metrics(), **bridge.plan.reward.metrics(), **self.evals}
                 self.times, self.evals = None, {}
             else:  # TRL's closing summary (train_runtime, ...): its own keys only
                 metrics = {f"trl/{k}": v for k, v in numbers.items()}
