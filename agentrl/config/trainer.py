@@ -11,7 +11,7 @@ from agentrl.config.sampling import Sampling
 
 # The GRPO family's choices (docs/training.md "Algorithms"; the math is agentrl/trainers/grpo_math.py).
 LOSSES = ("grpo", "dr_grpo", "dapo", "gspo")
-ADVANTAGES = ("group_norm", "group_mean", "rloo")
+ADVANTAGES = ("group_norm", "group_mean", "rloo", "per_role", "rae", "hierarchical")  # the last three: role_advantages.py
 KL_ESTIMATORS = ("k1", "k3")
 # Each loss's (clip_low, clip_high) when both are left null: the papers' settings (DAPO's clip-higher 0.28;
 # GSPO's sequence-level ratios stay much closer to 1, so its paper clips at 3e-4 / 4e-4).
@@ -34,9 +34,9 @@ def check_algorithm(c: Any, key: str = "trainer") -> None:
         raise ValueError(f"{key}.loss={loss!r}: choose one of {', '.join(LOSSES)}")
     if advantage is not None and advantage not in ADVANTAGES:
         raise ValueError(f"{key}.advantage={advantage!r}: choose one of {', '.join(ADVANTAGES)} (or null: the loss's own)")
-    if loss == "dr_grpo" and advantage == "group_norm":
-        raise ValueError(f"{key}.advantage=group_norm contradicts {key}.loss=dr_grpo, whose point is no per-group "
-                         "std normalization: use group_mean or rloo (or leave advantage null)")
+    if loss == "dr_grpo" and advantage in ("group_norm", "per_role"):
+        raise ValueError(f"{key}.advantage={advantage} contradicts {key}.loss=dr_grpo, whose point is no std "
+                         "normalization: use group_mean, rloo, rae or hierarchical (or leave advantage null)")
     if c.kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"{key}.kl_estimator={c.kl_estimator!r}: choose one of {', '.join(KL_ESTIMATORS)}")
     for name in ("kl_coef", "entropy_coef"):
@@ -66,6 +66,9 @@ MILES_ADVANTAGE_FLAGS = {
     "group_mean": "trainer.extra_args='[--disable-grpo-std-normalization]'",
     "rloo": "no leave-one-out baseline in Miles (its closest, --advantage-estimator reinforce_plus_plus_baseline, "
             "subtracts the group mean); keep group_norm, or train with trainer=grpo",
+    "per_role": "no per-role scale in Miles; keep group_norm, or train with trainer=grpo",
+    "rae": "no per-role EMA baseline in Miles; keep group_norm, or train with trainer=grpo",
+    "hierarchical": "no per-play solver groups in Miles; keep group_norm, or train with trainer=grpo",
 }
 
 
@@ -183,7 +186,11 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
     top_k: int = 0  # 0: off
     # The algorithm (docs/training.md "Algorithms"), checked when the plan is built.
     loss: str = "grpo"  # grpo | dr_grpo | dapo | gspo
-    advantage: str | None = None  # group_norm | group_mean | rloo; null: the loss's own (dr_grpo: group_mean)
+    # group_norm | group_mean | rloo | per_role | rae | hierarchical; null: the loss's own (dr_grpo: group_mean)
+    advantage: str | None = None
+    rae_decay: float = 0.95  # advantage=rae: the per-role EMA baseline's weight on its past (SPIRAL's 0.95)
+    # advantage=hierarchical: roles compared only within one play (the same proposed problem); others per group
+    episode_roles: list[str] = field(default_factory=lambda: ["solver"])
     clip_low: float | None = None  # ratio clipped to [1 - clip_low, 1 + clip_high]; null: the loss's own
     clip_high: float | None = None  # null: grpo, dr_grpo 0.2; dapo 0.28 (clip-higher); gspo 3e-4 / 4e-4
     kl_coef: float = 0.0  # >0 adds a KL penalty to a frozen copy of the starting model (logged as train/kl)
@@ -213,6 +220,9 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
 
     def __post_init__(self) -> None:
         check_algorithm(self)
+        if not 0 <= float(self.rae_decay) < 1:
+            raise ValueError(f"trainer.rae_decay must be in [0, 1) (the baseline's weight on its past), "
+                             f"got {self.rae_decay}")
         DependencyWatchConfig.__post_init__(self)
         self.check_lr_schedule()
         if self.model_failures not in ("drop", "penalize"):

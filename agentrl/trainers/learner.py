@@ -21,6 +21,7 @@ from agentrl.trainers.grpo_math import (
     token_logprobs,
 )
 from agentrl.trainers.lr_schedules import lr_factor, set_lr
+from agentrl.trainers.role_advantages import RoleBaselines, hierarchical_advantages, per_role_advantages
 
 # What `Learner.step` logs under train/ (besides grad_norm and tokens); a step with nothing to train logs zeros.
 STEP_METRICS = ("loss", "kl", "entropy", "clip_fraction", "approx_kl", "tis_weight_mean", "tis_clipped_frac",
@@ -42,6 +43,8 @@ class Algorithm:
     norm_tokens: int = 512  # dr_grpo's constant normalizer per sample
     overlong_max_tokens: int = 0  # dapo's overlong penalty (0: none)
     overlong_buffer: int = 0
+    rae_decay: float = 0.95  # advantage=rae: the per-role EMA baseline's decay
+    episode_roles: tuple[str, ...] = ("solver",)  # advantage=hierarchical: roles compared within one play
 
     @classmethod
     def from_config(cls, t: Any) -> Algorithm:
@@ -54,7 +57,9 @@ class Algorithm:
                    clip_low=low if t.clip_low is None else t.clip_low,
                    clip_high=high if t.clip_high is None else t.clip_high,
                    kl_coef=t.kl_coef, kl_estimator=t.kl_estimator, entropy_coef=t.entropy_coef, tis_cap=t.tis_cap,
-                   norm_tokens=t.norm_tokens, overlong_max_tokens=max_tokens, overlong_buffer=buffer)
+                   norm_tokens=t.norm_tokens, overlong_max_tokens=max_tokens, overlong_buffer=buffer,
+                   rae_decay=float(getattr(t, "rae_decay", 0.95)),
+                   episode_roles=tuple(getattr(t, "episode_roles", ("solver",))))
 
 
 @dataclass
@@ -76,8 +81,24 @@ def longest_reply(loss_mask: Sequence[int]) -> int:
     return best
 
 
-def items_from(played: Sequence[Any], policy: str | None = None, algorithm: Algorithm | None = None
-               ) -> tuple[list[TrainItem], torch.Tensor]:
+def advantages_of(played: Sequence[Any], rewards: Sequence[float], algo: Algorithm,
+                  baselines: RoleBaselines | None = None) -> torch.Tensor:
+    """Each played sample's advantage under `algo.advantage`; `rae` reads and moves `baselines` (a fresh one
+    when None: no memory of earlier steps)."""
+    groups = [p.group for p in played]
+    roles = [getattr(p, "role", "agent") for p in played]
+    if algo.advantage == "per_role":
+        return per_role_advantages(rewards, groups, roles)
+    if algo.advantage == "hierarchical":
+        return hierarchical_advantages(rewards, groups, roles, [getattr(p, "play_id", None) for p in played],
+                                       algo.episode_roles)
+    if algo.advantage == "rae":
+        return (baselines or RoleBaselines(algo.rae_decay)).advantages(rewards, roles)
+    return group_advantages(rewards, groups, kind=algo.advantage)
+
+
+def items_from(played: Sequence[Any], policy: str | None = None, algorithm: Algorithm | None = None,
+               baselines: RoleBaselines | None = None) -> tuple[list[TrainItem], torch.Tensor]:
     """Advantages (the algorithm's kind, within each group) for every played sample, and the items to train on.
 
     Every sample counts in its group's baseline; samples of frozen roles, samples without model tokens
@@ -91,7 +112,7 @@ def items_from(played: Sequence[Any], policy: str | None = None, algorithm: Algo
         rewards = [r + overlong_penalty(longest_reply(p.sample.loss_mask) if p.sample is not None else 0,
                                         algo.overlong_max_tokens, algo.overlong_buffer)
                    for r, p in zip(rewards, played, strict=True)]
-    adv = group_advantages(rewards, [p.group for p in played], kind=algo.advantage)
+    adv = advantages_of(played, rewards, algo, baselines)
     items = [TrainItem(p.sample.token_ids, p.sample.loss_mask, p.sample.rollout_logprobs, float(a))
              for p, a in zip(played, adv.tolist(), strict=True)
              if not p.frozen and p.sample is not None and sum(p.sample.loss_mask) > 0
@@ -129,6 +150,7 @@ class Learner:
         self.reference = None
         if self.algorithm.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.baselines = RoleBaselines(self.algorithm.rae_decay)  # advantage=rae's per-role baselines, run-long
 
     def at_step(self, step: int) -> float:
         """Set the optimizer's rate for trainer step `step` (1-based) from the schedule; returns it."""
@@ -137,7 +159,7 @@ class Learner:
 
     def items(self, played: Sequence[Any], policy: str | None = None) -> tuple[list[TrainItem], torch.Tensor]:
         """`items_from` with this learner's advantage and reward shaping."""
-        return items_from(played, policy=policy, algorithm=self.algorithm)
+        return items_from(played, policy=policy, algorithm=self.algorithm, baselines=self.baselines)
 
     def _batch(self, items: Sequence[TrainItem]) -> tuple[torch.Tensor, ...]:
         width = max(len(i.token_ids) for i in items)
