@@ -81,7 +81,7 @@ def start_services(plan: Any, model_path: str, policies: Sequence[Policy] = ()) 
         if not env_url:
             app = build_app(plan.bundle, max_concurrent_envs=server.max_concurrent_envs,
                             sandbox=dataclasses.asdict(settings.sandbox), tool_timeout=server.tool_timeout,
-                            reset_timeout=server.reset_timeout)
+                            reset_timeout=server.reset_timeout, session_idle_timeout=server.session_idle_timeout)
             env_url, stop_env = start_server_in_thread(app, server.host, server.port)
             stops.append(stop_env)
         engine = plan.engine_factory(model_path)
