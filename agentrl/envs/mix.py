@@ -116,7 +116,7 @@ class MixBundle(Bundle):
             raise ValueError(f"{where}: {exc}") from exc
         spec = group["spec"]
         member = Member(group["name"], float(group["weight"]), bundle, group.get("demonstrations"),
-                        spec.get("train_split", "train"), spec.get("eval_split", "eval"))
+                        spec["train_split"], spec["eval_split"])
         offered = tuple(bundle.teachers)
         if member.teacher is not None and member.teacher not in offered:
             raise ValueError(f"{where}.demonstrations={member.teacher}: bundle {bundle.name} offers "
@@ -187,7 +187,9 @@ class MixBundle(Bundle):
         return MixEpisode(member.bundle.episode(sub_split, sub_index), self.task_info(split, index))
 
     def spec(self) -> dict[str, Any]:
-        groups = [{"name": m.name, "weight": m.weight, "demonstrations": m.teacher, "spec": m.bundle.spec()}
+        # The group's splits beside its bundle's own spec: a bundle's spec() need not name them.
+        groups = [{"name": m.name, "weight": m.weight, "demonstrations": m.teacher,
+                   "spec": {**m.bundle.spec(), "train_split": m.train_split, "eval_split": m.eval_split}}
                   for m in self.members]
         return {"bundle": "mix", "groups": groups, "train_size": self.train_size, "seed": self.seed,
                 "train_split": self.train_split, "eval_split": self.eval_split}
