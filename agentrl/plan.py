@@ -51,8 +51,8 @@ def resolve_nested(node: Any, where: str) -> None:
     """`resolve_target` for every `_target_` node below `node` (e.g. reward=rubric's tree), naming its key."""
     items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node)
     for key, child in items:
-        if key == "_target_" or not isinstance(child, (DictConfig, ListConfig)):
-            continue
+        if key == "_target_" or not isinstance(child, (DictConfig, ListConfig)) or child._is_none():
+            continue  # a null node (e.g. env=openenv's env.tools: null) holds nothing to build
         path = f"{where}[{key}]" if isinstance(node, ListConfig) else f"{where}.{key}"
         if isinstance(child, DictConfig) and "_target_" in child:
             resolve_target(child, path)
