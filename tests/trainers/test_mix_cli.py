@@ -1,5 +1,6 @@
-"""`env=mix` through the real CLI: a GRPO run on GridSim and reasoning-gym at once (a short warm start on each
-bundle's teacher, two steps) logs finite per-bundle train and eval metrics to MLflow."""
+"""`env=mix` through the real CLI: a run on GridSim and reasoning-gym at once (a short warm start on each bundle's
+teacher, two steps), under the built-in GRPO trainer and TRL's, logs finite per-bundle train and eval metrics to
+MLflow."""
 
 from __future__ import annotations
 
@@ -24,12 +25,13 @@ MIX = ["env=mix", "env.bundles={gridsim:0.5,rg:{env:reasoning_gym,weight:0.5,lev
 
 
 @pytest.mark.slow
-def test_two_mixed_steps_log_finite_per_bundle_metrics(tmp_path: Path) -> None:
+@pytest.mark.parametrize("trainer", ["grpo", "trl"])
+def test_two_mixed_steps_log_finite_per_bundle_metrics(trainer: str, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    args = [*MIX, *TINY, "trainer.steps=2"]
+    args = [*MIX, f"trainer={trainer}", *TINY, "trainer.steps=2"]
     seed_tiny_model(args, home / "outputs" / "models")
     env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1"}
     done = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-4000:]
