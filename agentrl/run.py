@@ -114,10 +114,12 @@ def mark_resume(tracker: Tracker, plan: Plan, run_dir: Path) -> None:
     with: its params stay the values it started with (MLflow params never change)."""
     from omegaconf import OmegaConf
 
+    from agentrl.config.schema import settings_dict
+
     tracker.set_tags(plan.resume.tags())
     resolved = run_dir / "config_resolved.yaml"
     resolved.parent.mkdir(parents=True, exist_ok=True)
-    resolved.write_text(OmegaConf.to_yaml(plan.cfg, resolve=True))
+    resolved.write_text(OmegaConf.to_yaml(settings_dict(plan.settings)))  # what the resume was checked against
     tracker.log_artifact(resolved, f"resume-step-{plan.resume.step}")
 
 

@@ -37,6 +37,7 @@ class RunConfig:
 
 def settings_dict(settings: RunConfig) -> dict[str, Any]:
     """The typed settings (`Plan.settings`) as plain data, interpolations already resolved: the one way the whole
-    config is recorded or sent (a checkpoint's record, a TRL rank's portable spec). Equal to the composed config's
-    `OmegaConf.to_container(cfg, resolve=True)`, so records written from either compare alike."""
+    config is recorded or sent (a checkpoint's record, the config a resumed run logs, a TRL rank's portable spec).
+    Equal to the composed config's `OmegaConf.to_container(cfg, resolve=True)`, so records written from either
+    compare alike."""
     return dataclasses.asdict(settings)

@@ -195,7 +195,7 @@ class GRPOTrainer(TrainerBase):
             svc.runner.breaker.step_done(step, played)
         return StepBatch(step, kept, played, dropped, drawn, row_cursor=self.rows.cursor, played_from=version,
                          generate_s=time.monotonic() - began,
-                         breakdown=dict(getattr(self.plan.bundle, "train_breakdown", {})))
+                         breakdown=dict(self.plan.bundle.train_breakdown))
 
     def _filter(self, group: list[Rollout]) -> str | None:
         """The group filter, and the failure streak that stops a run whose rollouts all fail."""

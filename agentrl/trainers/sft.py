@@ -195,8 +195,7 @@ class SFTTrainer(TrainerBase):
         final["time/train_total_s"] = metrics["time/train_total_s"]
         self.tracker.log(final, step=t.steps)
         self.tracker.set_tags({"agentrl.checkpoint": str(self.output_dir)})
-        if hasattr(self.tracker, "log_model"):
-            self.tracker.log_model(self.output_dir)
+        self.tracker.log_model(self.output_dir)
         metrics.update(final)
         log.info("SFT done: %s", {k: round(v, 4) for k, v in final.items()})
         print(f"SFT model saved to {self.output_dir}; eval/reward {final.get('eval/reward', float('nan')):.4f} "
