@@ -203,6 +203,10 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
     overlong_buffer: int | None = None  # null: a fifth of overlong_max_tokens
     grad_clip: float = 1.0
     micro_batch_samples: int = 8  # samples per forward/backward pass
+    # Optimizer steps per batch: `epochs` passes over the step's samples, each cut into `mini_batches` updates
+    # (PPO epochs; TRL's num_iterations, verl's ppo_epochs). 1 and 1: one update, the ratio stays at 1 under TIS.
+    epochs: int = 1
+    mini_batches: int = 1
     weight_decay: float = 0.0
     max_extra_rows: int = 16  # rows drawn beyond prompts_per_step per step to replace filtered groups
     drop_no_signal: bool = True  # drop groups whose rewards are all equal (zero advantage)
@@ -220,6 +224,10 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
 
     def __post_init__(self) -> None:
         check_algorithm(self)
+        for name in ("epochs", "mini_batches"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"trainer.{name} must be >= 1 (1: one optimizer step per batch), "
+                                 f"got {getattr(self, name)}")
         if not 0 <= float(self.rae_decay) < 1:
             raise ValueError(f"trainer.rae_decay must be in [0, 1) (the baseline's weight on its past), "
                              f"got {self.rae_decay}")

@@ -11,7 +11,7 @@ population std (a two-sample group gets +-1); `group_mean`: r - mean; `rloo`: r 
 
 Losses, over model tokens t (loss mask 1) of sample i with advantage A_i, current logprob p_t and behaviour
 logprob b_t (the engine's rollout logprob q_t, or with truncated importance sampling the learner's own
-logprob at the step's start: see `tis_cap` below); both are log_softmax(logits / T) at the sampling temperature.
+logprob at the batch's start: see `tis_cap` below); both are log_softmax(logits / T) at the sampling temperature.
   grpo, dapo:  per token -min(r_t A, clip(r_t, 1 - clip_low, 1 + clip_high) A), r_t = exp(p_t - b_t);
                summed over every model token of the step, divided by the step's model-token count (token-level).
   dr_grpo:     the same per-token term, divided by a constant (samples x `norm_tokens`): no length normalization.
@@ -22,8 +22,9 @@ p - ref, or k3: exp(ref - p) - (ref - p) - 1) and - entropy_coef * H (the policy
 
 Truncated importance sampling (TIS, `tis_cap` C > 0). The engine that sampled (q) and the learner (p) compute
 slightly different probabilities for the same weights (bf16, other kernels, SGLang). With TIS the PPO ratio is
-taken against the learner's own logprob at the start of the step (b = p detached: one update per batch, so that
-is the old policy), and each token's term is multiplied by w_t = min(exp(p_old_t - q_t), C), detached (gspo: one
+taken against the learner's own logprob at the start of the batch (p_old: p detached when the batch takes one
+update; with several, `trainer.epochs` / `mini_batches`, the learner's pass before its first update, given as
+`behaviour_logprobs`), and each token's term is multiplied by w_t = min(exp(p_old_t - q_t), C), detached (gspo: one
 w_i = min(exp(mean_t (p_old_t - q_t)), C) per sequence). With C = 0 the ratio is taken against q directly (the
 pre-TIS behaviour). Where the engine and learner agree, both give the same value and gradient.
 """
@@ -151,14 +152,15 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
                 ref_logprobs: torch.Tensor | None = None, kl_coef: float = 0.0, kl_estimator: str = "k3",
                 entropy: torch.Tensor | None = None, entropy_coef: float = 0.0, tis_cap: float = 0.0,
                 normalizer: float | None = None, num_samples: float | None = None,
-                norm_tokens: float | None = None) -> LossOutput:
+                norm_tokens: float | None = None, behaviour_logprobs: torch.Tensor | None = None) -> LossOutput:
     """One of LOSSES over model tokens (see the module docstring), with optional KL, entropy and TIS terms.
 
     Shapes: `logprobs` (current, with gradient), `old_logprobs` (the engine's rollout logprobs), `mask`,
     `ref_logprobs`, `entropy` are [B, T]; `advantages` is [B] (one per sample) or [B, T] (token losses only).
     When a step is split into micro-batches, pass the whole step's `normalizer` (model tokens) and
     `num_samples` so that the micro-batches' gradients add up to the full batch's; they default to this
-    batch's. `norm_tokens` is dr_grpo's constant per-sample token budget.
+    batch's. `norm_tokens` is dr_grpo's constant per-sample token budget. `behaviour_logprobs` [B, T]: the
+    learner's own logprobs before the batch's first update (TIS's p_old); None: `logprobs` detached.
     """
     if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
         raise ValueError(f"policy_loss: shapes differ: logprobs {tuple(logprobs.shape)}, old "
@@ -185,9 +187,10 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     if adv.dim() == 1 and not sequence:
         adv = adv[:, None].expand_as(logprobs)
     # The ratio's baseline b: the rollout policy, or with TIS the learner's own old policy (see the docstring).
-    base = logprobs.detach() if tis_cap > 0 else q
+    old = logprobs.detach() if behaviour_logprobs is None else behaviour_logprobs.to(logprobs.dtype)
+    base = old if tis_cap > 0 else q
     log_ratio = (logprobs - base) * m
-    gap = (logprobs.detach() - q) * m  # log(pi_learner / pi_engine) of the sampled tokens
+    gap = (old - q) * m  # log(pi_learner / pi_engine) of the sampled tokens, at the batch's start
     if sequence:
         log_ratio = _seq_mean(log_ratio, m)
         gap = _seq_mean(gap, m)
@@ -227,7 +230,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         tis_weight = float((weight * on).sum()) / per if tis_cap > 0 else 0.0
         tis_clipped = float(((raw > tis_cap) & on).sum()) / per if tis_cap > 0 else 0.0
         # The engine's kernels (vLLM's, bf16 on a GPU) differ from the learner's pass: what TIS corrects.
-        abs_gap = (logprobs.detach() - q).abs() * m
+        abs_gap = (old - q).abs() * m
         gap_mean = float(abs_gap.sum()) / norm
         gap_max = float(abs_gap.max()) if abs_gap.numel() else 0.0
     return LossOutput(total, float(pg.detach()), kl_value, clip_fraction, approx_kl, tokens, ent_value,

@@ -120,6 +120,14 @@ def items_from(played: Sequence[Any], policy: str | None = None, algorithm: Algo
     return items, adv
 
 
+def _split(items: list[TrainItem], parts: int) -> list[list[TrainItem]]:
+    """`items` in order, cut into min(parts, len) chunks whose sizes differ by at most one."""
+    parts = min(parts, len(items))
+    size, extra = divmod(len(items), parts)
+    cuts = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [items[cuts[i]:cuts[i + 1]] for i in range(parts)]
+
+
 class Learner:
     """A policy model and its AdamW optimizer (gradient clipping; the rate per step from `lr_schedules`, set by
     `at_step`, constant when never called), plus an optional frozen reference.
@@ -133,7 +141,7 @@ class Learner:
                  clip_low: float | None = None, clip_high: float | None = None, kl_coef: float | None = None,
                  temperature: float = 1.0, micro_batch_samples: int = 8, pad_id: int = 0,
                  algorithm: Algorithm | None = None, steps: int = 1, lr_warmup_steps: int = 0,
-                 lr_schedule: str = "constant") -> None:
+                 lr_schedule: str = "constant", epochs: int = 1, mini_batches: int = 1) -> None:
         algo = algorithm or Algorithm()
         given = {"clip_low": clip_low, "clip_high": clip_high, "kl_coef": kl_coef}
         self.algorithm = replace(algo, **{k: v for k, v in given.items() if v is not None})
@@ -145,6 +153,9 @@ class Learner:
         self.grad_clip = grad_clip
         self.temperature = temperature
         self.micro = max(1, int(micro_batch_samples))
+        if int(epochs) < 1 or int(mini_batches) < 1:
+            raise ValueError(f"epochs and mini_batches must be >= 1, got {epochs} and {mini_batches}")
+        self.epochs, self.mini_batches = int(epochs), int(mini_batches)
         self.pad_id = pad_id
         self.device = model_device(model)
         self.reference = None
@@ -178,15 +189,47 @@ class Learner:
         return tuple(t.to(self.device, non_blocking=True) for t in (ids, attn, mask[:, 1:], old[:, 1:], adv))
 
     def step(self, items: Sequence[TrainItem]) -> dict[str, float]:
-        """One optimizer step over all `items` (micro-batched); every normalizer spans the whole step.
+        """`epochs` passes over `items`, each split into `mini_batches` optimizer steps (micro-batched; every
+        normalizer spans its mini-batch). The metrics are the mean over those updates (`tokens`: the batch's,
+        `logprob_gap_max`: the largest).
 
-        All micro-batches run their forward pass before the single optimizer step, so each sees the weights
-        the rollouts were played with: that is the "old" policy of the truncated importance weights.
+        With one update (the default) every micro-batch runs its forward pass before the single optimizer step,
+        so each sees the weights the rollouts were played with: the "old" policy of the truncated importance
+        weights. With several, that old policy is one no-grad pass over the batch before the first update.
         """
         if not items:
             return {}
-        a = self.algorithm
         self.model.train()
+        chunks = _split(list(items), self.mini_batches)
+        behaviour = None
+        if self.algorithm.tis_cap > 0 and self.epochs * len(chunks) > 1:
+            behaviour = {id(it): lp for it, lp in zip(items, self._logprobs(items), strict=True)}
+        results = [self._update(chunk, behaviour) for _ in range(self.epochs) for chunk in chunks]
+        self.model.eval()
+        out = {k: sum(r[k] for r in results) / len(results) for k in results[0]}
+        out["train/logprob_gap_max"] = max(r["train/logprob_gap_max"] for r in results)
+        out["train/tokens"] = float(sum(int(sum(it.loss_mask)) for it in items))
+        return out
+
+    def _logprobs(self, items: Sequence[TrainItem]) -> list[torch.Tensor]:
+        """Each item's logprob of its tokens 1..n under the current weights, without gradient ([n - 1] each)."""
+        out: list[torch.Tensor] = []
+        with torch.no_grad():
+            for start in range(0, len(items), self.micro):
+                chunk = items[start:start + self.micro]
+                ids, attn, mask, _, _ = self._batch(chunk)
+                first = first_loss_column(mask)
+                logp = token_logprobs(next_token_logits(self.model, ids, attn, first), ids[:, first + 1:],
+                                      self.temperature)
+                for r, it in enumerate(chunk):
+                    row = torch.zeros(len(it.token_ids) - 1, device=logp.device)
+                    row[first:] = logp[r, :len(it.token_ids) - 1 - first]
+                    out.append(row)
+        return out
+
+    def _update(self, items: Sequence[TrainItem], behaviour: dict[int, torch.Tensor] | None) -> dict[str, float]:
+        """One optimizer step over `items`; `behaviour`: each item's logprobs before the batch's first update."""
+        a = self.algorithm
         total = sum(int(sum(it.loss_mask)) for it in items)
         self.optimizer.zero_grad(set_to_none=True)
         keys = ("loss", "kl", "entropy", "clip_fraction", "approx_kl", "tis_weight", "tis_clipped",
@@ -194,10 +237,17 @@ class Learner:
         sums = dict.fromkeys(keys, 0.0)
         gap_max = 0.0  # |learner - engine logprob| of the worst token of the step (a max, not a sum)
         for start in range(0, len(items), self.micro):
-            ids, attn, mask, old, adv = self._batch(items[start:start + self.micro])
+            chunk = items[start:start + self.micro]
+            ids, attn, mask, old, adv = self._batch(chunk)
             # Prompt positions before the first model token need no logits.
             first = first_loss_column(mask)
             mask, old, targets = mask[:, first:], old[:, first:], ids[:, first + 1:]
+            beh = None
+            if behaviour is not None:
+                beh = torch.zeros_like(old)
+                for r, it in enumerate(chunk):
+                    lp = behaviour[id(it)][first:]
+                    beh[r, :lp.numel()] = lp
             logits = next_token_logits(self.model, ids, attn, first)
             # The entropy needs the whole distribution; it joins the graph only when it is trained.
             logp, ent = logprobs_and_entropy(logits, targets, self.temperature, entropy_grad=a.entropy_coef != 0)
@@ -209,7 +259,7 @@ class Learner:
             out = policy_loss(logp, old, adv, mask, loss=a.loss, clip_low=a.clip_low, clip_high=a.clip_high,
                               ref_logprobs=ref, kl_coef=a.kl_coef, kl_estimator=a.kl_estimator, entropy=ent,
                               entropy_coef=a.entropy_coef, tis_cap=a.tis_cap, normalizer=total,
-                              num_samples=len(items), norm_tokens=a.norm_tokens)
+                              num_samples=len(items), norm_tokens=a.norm_tokens, behaviour_logprobs=beh)
             out.loss.backward()
             sums["loss"] += float(out.loss.detach())
             for k in keys[1:]:
@@ -217,7 +267,6 @@ class Learner:
             gap_max = max(gap_max, out.logprob_gap_max)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
-        self.model.eval()
         sums["tis_weight_mean"], sums["tis_clipped_frac"] = sums.pop("tis_weight"), sums.pop("tis_clipped")
         sums["logprob_gap_max"] = gap_max
         return {f"train/{k}": v for k, v in sums.items()} | {"train/grad_norm": float(grad_norm),

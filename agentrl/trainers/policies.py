@@ -103,7 +103,7 @@ def make_learner(t: Any, model: Any, tokenizer: Any) -> Learner:
                    algorithm=Algorithm.from_config(t), temperature=float(t.temperature),
                    micro_batch_samples=int(t.micro_batch_samples), pad_id=tokenizer.pad_token_id or 0,
                    steps=int(t.steps), lr_warmup_steps=int(t.lr_warmup_steps),
-                   lr_schedule=str(t.lr_schedule))
+                   lr_schedule=str(t.lr_schedule), epochs=int(t.epochs), mini_batches=int(t.mini_batches))
 
 
 def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu", model_cfg: Any = None) -> None:
@@ -135,7 +135,7 @@ def advantages(policies: Sequence[Policy], played: Sequence[Any]) -> list[tuple[
 
 
 def update_policies(batches: Sequence[tuple[Policy, list[TrainItem]]], step: int | None = None) -> dict[str, float]:
-    """One optimizer step per policy on its own samples; the metrics under `metric_prefix(policy)`.
+    """Each policy's update (`Learner.step`: `trainer.epochs` x `mini_batches` optimizer steps) on its own samples; the metrics under `metric_prefix(policy)`.
 
     With `step` (1-based), each learner first takes that step's learning rate (`Learner.at_step`, logged as
     `lr`). A policy without samples (every group dropped) logs zeros and `updates` 0 (trainers/no_update.py).
