@@ -146,6 +146,8 @@ class GRPOTrainer(TrainerBase):
                     raise ckpt.CheckpointError(f"checkpoint {checkpoint} holds no optimizer for policy "
                                                f"{p.name!r} (it has {sorted(saved)}); resume with its roles")
                 p.learner.optimizer.load_state_dict(saved[p.name])
+                # advantage=rae's per-role baselines go on from where they were (absent: they start at 0)
+                p.learner.baselines.baselines = dict(state.get("rae_baselines", {}).get(p.name, {}))
         self.rows.cursor = int(state["row_cursor"])
         self.history = state.get("history", self.history)
         ckpt.set_rng_state(state["rng"])
@@ -219,7 +221,9 @@ class GRPOTrainer(TrainerBase):
         others = [p for p in self.policies if p.learner is not None and p.name != MAIN]
         state = {"optimizer": self.learner.optimizer.state_dict(), "row_cursor": self.trained_cursor,
                  "run_id": self.tracker.run_id, "history": self.history,
-                 "policy_optimizers": {p.name: p.learner.optimizer.state_dict() for p in others}}
+                 "policy_optimizers": {p.name: p.learner.optimizer.state_dict() for p in others},
+                 "rae_baselines": {p.name: dict(p.learner.baselines.baselines)
+                                   for p in self.policies if p.learner is not None}}
         ckpt.save(self.root, step, model=self.learner.model, tokenizer=self.tokenizer, state=state,
                   keep=self.t.keep_checkpoints, policies={p.name: (p.learner.model, p.tokenizer) for p in others},
                   record=self.record)

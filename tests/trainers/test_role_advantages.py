@@ -128,3 +128,27 @@ def test_miles_and_trl_refuse_the_role_advantages_at_plan_time(tmp_path: Path, k
         build_plan(cfg, choices={}, run_dir=tmp_path)
     with pytest.raises(TRLConfigError, match=f"trainer.advantage={kind} has no counterpart"):
         check_config(_settings(advantage=kind))
+
+
+def test_rae_baselines_survive_a_checkpoint_and_resume(tmp_path: Path) -> None:
+    """The built-in trainer's checkpoint holds each learner's rae baselines; resuming puts them back."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrl.models.tiny import ensure_tiny_model
+    from agentrl.trainers.grpo import GRPOTrainer
+    from agentrl.trainers.policies import MAIN, Policy
+
+    path = ensure_tiny_model(str(tmp_path / "tiny"), vocab_size=512, hidden_size=32, num_layers=1, num_heads=2,
+                             num_kv_heads=1, intermediate_size=64)
+    learner = Learner(AutoModelForCausalLM.from_pretrained(path), lr=1e-3,
+                      algorithm=Algorithm(advantage="rae", rae_decay=0.5))
+    learner.items([_played(1.0, ("r0", "p0"), "p0")])  # p0's baseline: 0.5
+    # Only what save() and _restore() read of a trainer: its policies, learner, checkpoint folder and cursors.
+    trainer = SimpleNamespace(learner=learner, policies=[Policy(MAIN, path, trainable=True, learner=learner)],
+                              tokenizer=AutoTokenizer.from_pretrained(path), root=tmp_path / "ck",
+                              t=SimpleNamespace(keep_checkpoints=2), record=None, tracker=SimpleNamespace(run_id="r"),
+                              trained_cursor=3, history={}, rows=SimpleNamespace(cursor=0))
+    GRPOTrainer.save(trainer, 1)
+    learner.baselines.baselines = {}  # a fresh process
+    assert GRPOTrainer._restore(trainer, tmp_path / "ck" / "step-000001") == 2
+    assert learner.baselines.baselines == {"p0": 0.5} and trainer.rows.cursor == 3
