@@ -213,7 +213,7 @@ def _grpo(home: Path, *overrides: str) -> tuple[str, list[dict[str, Any]]]:
 
 @pytest.mark.slow  # a one-step GRPO run of the tiny model: ~2 min on a loaded 2-core box
 def test_a_grpo_run_plays_the_plain_example_served_from_its_folder(tmp_path: Path) -> None:
-    out, records = _grpo(tmp_path / "home", f"env.serve={GRID}", "env.tools=[]")
+    out, records = _grpo(tmp_path / "home", f"env.serve={GRID}")
     assert [r["task_id"] for r in records] == ["grid_world-eval-0", "grid_world-eval-1"]  # the manifest's name
     for record in records:
         for sample in record["samples"]:
@@ -225,7 +225,7 @@ def test_a_grpo_run_plays_the_plain_example_served_from_its_folder(tmp_path: Pat
 def test_a_grpo_run_plays_the_mcp_example_on_its_own_server(tmp_path: Path) -> None:
     recorder = Recorder(local_app(str(ECHO)).app)
     with serve_in_background(recorder) as url:
-        out, records = _grpo(tmp_path / "home", f"env.url={url}", "env.serve=null", "env.tools=[]",
+        out, records = _grpo(tmp_path / "home", f"env.url={url}", "env.serve=null",
                              'env.prompt="Echo hello with echo_message."')
     # Every play was a session of the echo server: the plan's tool probe, the step's 4 plays, 2 + 2 eval tasks.
     assert recorder.frames.get("reset", 0) >= 1 + 4 + 2 + 2, recorder.frames
