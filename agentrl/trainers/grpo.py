@@ -60,6 +60,7 @@ from agentrl.trainers.policies import (
 )
 from agentrl.trainers.protocol import TrainerBase
 from agentrl.trainers.resume import AGENTRL, checkpoint_record
+from agentrl.trainers.role_advantages import role_advantage_problem
 from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
 from agentrl.trainers.step_parts import RowStream, checkpoint_root, fill_step, weight_lag
@@ -73,6 +74,11 @@ class GRPOTrainer(TrainerBase):
     """The built-in GRPO trainer (see the module docstring for the step)."""
 
     checkpoint_kind = AGENTRL  # what trainer.resume resolves to at plan time (resume.py): step-NNNNNN/state.pt
+
+    @classmethod
+    def plan_problem(cls, settings: Any) -> str | None:
+        """`advantage=hierarchical`'s `episode_roles` must be roles the agent plays (`role_advantages.py`)."""
+        return role_advantage_problem(settings)
 
     def __init__(self, *, plan: Any, tracker: Any) -> None:
         self.plan, self.tracker = plan, tracker

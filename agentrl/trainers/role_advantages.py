@@ -19,6 +19,7 @@ a zero-sum game's two seats) get each their own baseline and scale:
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 import torch
 
@@ -102,3 +103,17 @@ class RoleBaselines:
             out[i] = r[i] - b
             self.baselines[role] = self.decay * b + (1.0 - self.decay) * float(r[i])
         return out.to(torch.float32)
+
+
+def role_advantage_problem(settings: Any) -> str | None:
+    """Why `trainer.episode_roles` cannot apply to this run's agent (checked when the plan is built), or None:
+    under `advantage=hierarchical` each name must be a role the agent plays (a single-agent pattern's is `agent`)."""
+    t = settings.trainer
+    if getattr(t, "advantage", None) != "hierarchical":
+        return None
+    roles = [r.name for r in settings.agent.role_list()] or ["agent"]
+    unknown = [r for r in t.episode_roles if r not in roles]
+    if unknown:
+        return (f"trainer.episode_roles={list(t.episode_roles)} names {unknown}, which this agent does not play "
+                f"(its roles: {', '.join(roles)}); list the roles to compare within one play, or [] for none")
+    return None

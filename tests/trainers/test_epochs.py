@@ -112,7 +112,7 @@ def test_two_cli_steps_of_each_role_advantage_with_two_epochs_log_finite_metrics
     home = tmp_path / "home"
     proc = _cli(["-m", "+recipe=gridsim_grpo", *TINY, "trainer.steps=2", "trainer.eval_every=0",
                  "trainer.checkpoint_every=0", "trainer.epochs=2", "trainer.mini_batches=2",
-                 "trainer.advantage=per_role,rae,hierarchical"], home)
+                 "trainer.episode_roles=[]", "trainer.advantage=per_role,rae,hierarchical"], home)
     assert proc.returncode == 0, proc.stderr[-4000:]
     client, runs = _runs(home)
     children = {r.data.params["trainer/advantage"]: r for r in runs if "mlflow.parentRunId" in r.data.tags}

@@ -118,6 +118,15 @@ def test_the_config_takes_each_kind_and_refuses_bad_values_naming_the_key(tmp_pa
         build_plan(cfg, choices={}, run_dir=tmp_path)
 
 
+def test_hierarchical_episode_roles_must_be_roles_the_agent_plays(tmp_path: Path) -> None:
+    cfg = compose(["+recipe=arith_co_evolution", "trainer.advantage=hierarchical", "trainer.episode_roles=[solvr]"])
+    with pytest.raises(PlanError, match=r"trainer.episode_roles=\['solvr'\] names \['solvr'\].*solver, rewriter"):
+        build_plan(cfg, choices={}, run_dir=tmp_path)
+    single = compose(["+recipe=gridsim_grpo", "trainer.advantage=hierarchical"])  # its one role is `agent`
+    with pytest.raises(PlanError, match=r"names \['solver'\], which this agent does not play \(its roles: agent\)"):
+        build_plan(single, choices={}, run_dir=tmp_path)
+
+
 @pytest.mark.parametrize("kind", ["per_role", "rae", "hierarchical"])
 def test_miles_and_trl_refuse_the_role_advantages_at_plan_time(tmp_path: Path, kind: str) -> None:
     from agentrl.trainers.trl_args import TRLConfigError, check_config
