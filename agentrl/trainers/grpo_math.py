@@ -8,6 +8,7 @@ of one row for single-agent GRPO, or e.g. the solvers of one row (and separately
 selector) in co-evolution. Groups may differ in size. `group_norm`: (r - mean) / (std + eps) with the
 population std (a two-sample group gets +-1); `group_mean`: r - mean; `rloo`: r - mean of the *others*
 (= n/(n-1) (r - mean)). A group of one has no baseline, so its advantage is 0, as is any group of equal rewards.
+The per-role choices (`per_role`, `rae`, `hierarchical`) need each sample's role and play: `role_advantages.py`.
 
 Losses, over model tokens t (loss mask 1) of sample i with advantage A_i, current logprob p_t and behaviour
 logprob b_t (the engine's rollout logprob q_t, or with truncated importance sampling the learner's own
@@ -36,22 +37,24 @@ from dataclasses import dataclass
 
 import torch
 
-from agentrl.config.trainer import ADVANTAGES, KL_ESTIMATORS, LOSSES
+from agentrl.config.trainer import KL_ESTIMATORS, LOSSES
 
 SEQUENCE_LOSSES = ("gspo",)  # one ratio and one loss term per sample
+GROUP_ADVANTAGES = ("group_norm", "group_mean", "rloo")  # ADVANTAGES that need only the group keys
 
 
 def group_advantages(rewards: Sequence[float] | torch.Tensor, groups: Sequence[Hashable],
                      eps: float = 1e-6, scale: bool = True, *, kind: str | None = None) -> torch.Tensor:
     """Per-sample advantages within each group; 0 for groups of one or of equal rewards.
 
-    `groups[i]` is sample i's group key, e.g. (row index, role). `kind` is one of ADVANTAGES (default
+    `groups[i]` is sample i's group key, e.g. (row index, role). `kind` is one of GROUP_ADVANTAGES (default
     group_norm; `scale=False` is the older spelling of group_mean). Raises ValueError when the lengths
     differ, a reward is not finite or the kind is unknown.
     """
     kind = kind or ("group_norm" if scale else "group_mean")
-    if kind not in ADVANTAGES:
-        raise ValueError(f"advantage kind must be one of {ADVANTAGES}, got {kind!r}")
+    if kind not in GROUP_ADVANTAGES:
+        raise ValueError(f"group_advantages: advantage kind must be one of {GROUP_ADVANTAGES}, got {kind!r} "
+                         "(per_role, rae and hierarchical are role_advantages.py's)")
     r = torch.as_tensor(rewards, dtype=torch.float64).flatten()
     if len(groups) != r.numel():
         raise ValueError(f"group_advantages: {r.numel()} rewards but {len(groups)} group keys")

@@ -161,3 +161,10 @@ def test_rae_baselines_survive_a_checkpoint_and_resume(tmp_path: Path) -> None:
     learner.baselines.baselines = {}  # a fresh process
     assert GRPOTrainer._restore(trainer, tmp_path / "ck" / "step-000001") == 2
     assert learner.baselines.baselines == {"p0": 0.5} and trainer.rows.cursor == 3
+
+
+def test_the_group_only_function_refuses_the_role_kinds() -> None:
+    from agentrl.trainers.grpo_math import group_advantages
+
+    with pytest.raises(ValueError, match="per_role, rae and hierarchical are role_advantages.py's"):
+        group_advantages([1.0, 0.0], ["a", "a"], kind="rae")
