@@ -104,9 +104,9 @@ class EngineFactory:
 
 @dataclass
 class Plan:
-    """Everything a trainer needs, built from one config."""
+    """Everything a trainer needs, built from one config. It holds no `DictConfig`: below the plan, code reads
+    `settings` (the typed config) and the objects built here."""
 
-    cfg: DictConfig
     choices: dict[str, str | None]
     run_dir: Path
     bundle: Any
@@ -227,7 +227,7 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     resume = plan_resume(settings, choices, trainer_cls)
     # Last: an MLflow store is opened only for a config that passed every check above.
     tracker = build(cfg.logger, "logger", output_root=settings.paths.output_root) if tracked else None
-    return Plan(cfg, choices, run_dir, bundle, agent, reward, trainer_cls, notes=notes, resume=resume,
+    return Plan(choices, run_dir, bundle, agent, reward, trainer_cls, notes=notes, resume=resume,
                 settings=settings, sampling=sampling, model=ModelSource(cfg.model),
                 engine_factory=EngineFactory(cfg.inference), tracker=tracker)
 

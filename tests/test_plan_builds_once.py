@@ -21,11 +21,14 @@ STANDALONE_SERVERS = {"envs/serve.py", "inference/serve.py"}
 # Hooks Miles calls inside its Ray workers, which hold no plan: they rebuild the one group they need from the config
 # the launch carried (reward=rubric's rm hook, from $AGENTRL_REWARD).
 RAY_WORKER_HOOKS = {"trainers/miles_rubric.py"}
-# Modules that take everything from the plan (its objects and `plan.settings`) and read no `cfg` at all.
-CFG_FREE = ["trainers/services.py", "trainers/learner.py", "devices.py", "trl_rank.py",
-            "trainers/sft.py", "trainers/warm_start.py", "trainers/resume.py", "trainers/grpo.py",
-            "trainers/miles.py", "trainers/miles_args.py",
-            "trainers/trl.py", "trainers/trl_worker.py", "trainers/trl_args.py", "trainers/trl_steps.py"]
+# Where the composed config is still a DictConfig: the Hydra jobs that build the plan (run, eval, the CLI), the
+# config package itself, the plan, a TRL rank rebuilding its checked plan from the portable spec, and the tracker,
+# which records the composed config as the run's params. Every other module takes everything from the plan (its
+# objects and `plan.settings`) and reads no `cfg` at all.
+ABOVE_THE_PLAN = {"plan.py", "run.py", "eval_run.py", "__main__.py", "trl_rank.py", "tracking/mlflow_tracker.py"}
+CFG_FREE = sorted(rel for path in ROOT.rglob("*.py")
+                  if not (rel := path.relative_to(ROOT).as_posix()).startswith("config/")
+                  and rel not in ABOVE_THE_PLAN | STANDALONE_SERVERS | RAY_WORKER_HOOKS)
 
 
 def _calls_instantiate(tree: ast.AST) -> list[int]:
@@ -53,8 +56,9 @@ def test_only_the_plan_turns_config_groups_into_objects() -> None:
 def test_converted_modules_read_no_cfg(rel: str) -> None:
     tree = ast.parse((ROOT / rel).read_text())
     reads = [f"agentrl/{rel}:{n.lineno}: {ast.unparse(n)}" for n in ast.walk(tree)
-             if isinstance(n, ast.Attribute | ast.Subscript) and isinstance(n.value, ast.Name)
-             and n.value.id in ("cfg", "server_cfg") and isinstance(n.ctx, ast.Load)]
+             if isinstance(n, ast.Attribute | ast.Subscript) and isinstance(n.ctx, ast.Load)
+             and ((isinstance(n.value, ast.Name) and n.value.id in ("cfg", "server_cfg"))
+                  or (isinstance(n, ast.Attribute) and n.attr == "cfg"))]
     assert reads == [], f"read plan.settings instead: {reads}"
 
 

@@ -91,12 +91,12 @@ class EmbeddedEngine:
         # transformers 5.x renamed the cache argument and output field `past_key_values` -> `cache`.
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
-        cfg = self.model.config
-        if getattr(cfg, "use_sliding_window", False) or "sliding_attention" in (getattr(cfg, "layer_types", None) or ()):
+        arch = self.model.config  # the model's own (transformers) config, not the run's
+        if getattr(arch, "use_sliding_window", False) or "sliding_attention" in (getattr(arch, "layer_types", None) or ()):
             # the batch's shared cache is rebuilt from plain full-attention layers when rows join or leave
             raise ValueError(f"EmbeddedEngine supports full-attention models only; {path} uses sliding-window layers")
-        self.vocab_size = int(cfg.vocab_size)
-        self.max_context = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
+        self.vocab_size = int(arch.vocab_size)
+        self.max_context = int(getattr(arch, "max_position_embeddings", 0) or 1 << 30)
         self.default_stop_ids = frozenset(default_stop_ids(self.model, self.tokenizer))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.weight_version = 0

@@ -64,7 +64,7 @@ def greedy_rule_scores(plan, limit: int | None) -> list[float]:
     """The greedy rule's score on each eval day, in eval order."""
     from agentrl.envs.gridsim.baselines import baseline_scores
 
-    rows = plan.bundle.rows(plan.cfg.env.eval_split)
+    rows = plan.bundle.rows(plan.settings.env.eval_split)
     return [baseline_scores(r)["greedy"] for r in (rows[:limit] if limit else rows)]
 
 

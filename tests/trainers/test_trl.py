@@ -126,8 +126,10 @@ def _settings(agent: Any = None, **trainer: Any) -> RunConfig:
 
 
 def _plan(settings: RunConfig) -> Plan:
-    """A plan holding only what the bridge reads here: its typed settings (no env, agent or services)."""
-    return Plan(cfg=None, choices={}, run_dir=Path("unused"), bundle=None, agent=None, reward=None,
+    """A plan holding only what the bridge reads here: its typed settings and reward (no env, agent or services)."""
+    from agentrl.rewards import EnvScore
+
+    return Plan(choices={}, run_dir=Path("unused"), bundle=None, agent=None, reward=EnvScore(),
                 trainer_cls=TRLTrainer, settings=settings)
 
 
