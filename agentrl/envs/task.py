@@ -100,6 +100,9 @@ class Bundle(ABC):
     # The same for the train reward (`train/<name>`, each rollout's trained reward): env=mix breaks it down by the
     # group a row came from, {"bundle": "reward/{}"} -> train/reward/<group>. Empty: the mean only.
     train_breakdown: dict[str, str] = {}
+    # The named scores its episodes report (GridSim: grade): reward=rubric's `Score` parts are checked against them
+    # at plan time. Empty: not declared, not checked.
+    score_names: tuple[str, ...] = ()
 
     @abstractmethod
     def splits(self) -> dict[str, int]:

@@ -76,7 +76,7 @@ class RubricReward(RewardGroup):
 
     def plan_problem(self, bundle: Any) -> str | None:
         """A Score naming something the bundle does not score (when it declares `score_names`), said by its key."""
-        names = tuple(getattr(bundle, "score_names", ()) or ())
+        names = tuple(bundle.score_names)
         if not names:
             return None
         for key, _, node in self.nodes:

@@ -150,7 +150,7 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
     every = [play for plays in per_row for play in plays if play]
     outcomes = [[outcome_of(p) for p in plays if p] for plays in per_row]
     played = [r for per_task in outcomes for r in per_task]
-    breakdown = getattr(bundle, "eval_breakdown", None)
+    breakdown = bundle.eval_breakdown
     metrics = reward_metrics(played, prefix, breakdown)
     metrics.update(role_metrics(every, prefix))
     metrics.update(rubric_metrics(played, prefix))  # reward=rubric: eval/rubric/<part>

@@ -193,7 +193,7 @@ class TRLTrainer(TrainerBase):
                               sink=lambda m, step: record(m, step, self.tracker, self.history, self.no_update),
                               **resumed)
             folder = run_dir / "final_model"
-            if folder.is_dir() and hasattr(self.tracker, "log_model"):
+            if folder.is_dir():
                 self.tracker.log_model(folder)
         finally:
             self.cleanup()
