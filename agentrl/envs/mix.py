@@ -26,7 +26,7 @@ from typing import Any
 
 from agentrl.envs.bundles import load_bundle
 from agentrl.envs.seeded_rng import Rng
-from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
+from agentrl.envs.task import Bundle, Episode, TaskInfo, WrappedEpisode
 
 EACH = "each"  # the teacher that demonstrates each row by its own group's teacher
 BUNDLE_FACT = "bundle"  # the task fact naming a row's group
@@ -56,32 +56,12 @@ def shares(weights: list[float], total: int) -> list[int]:
     return counts
 
 
-class MixEpisode(Episode):
+class MixEpisode(WrappedEpisode):
     """A group's own episode, seen under the mix's task facts."""
 
     def __init__(self, inner: Episode, info: TaskInfo) -> None:
-        self.inner, self.info = inner, info
-
-    def first_turn(self) -> Turn:
-        return self.inner.first_turn()
-
-    def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        return self.inner.call_tool(name, arguments)
-
-    def end_turn(self, response: str) -> Turn | None:
-        return self.inner.end_turn(response)
-
-    @property
-    def done(self) -> bool:
-        return self.inner.done
-
-    def scores(self) -> dict[str, float]:
-        return self.inner.scores()
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
+        super().__init__(inner)
+        self.info = info
 
 
 class MixBundle(Bundle):

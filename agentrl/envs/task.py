@@ -69,6 +69,34 @@ class Episode(ABC):
         """Named scores of the episode so far, e.g. {"grade": 0.73}; {} when nothing was scored."""
 
 
+class WrappedEpisode(Episode):
+    """Another bundle's episode played as it is: a subclass changes only what it wraps (its facts, a fault)."""
+
+    def __init__(self, inner: Episode) -> None:
+        self.inner, self.info = inner, inner.info
+
+    def first_turn(self) -> Turn:
+        return self.inner.first_turn()
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        return self.inner.call_tool(name, arguments)
+
+    def end_turn(self, response: str) -> Turn | None:
+        return self.inner.end_turn(response)
+
+    @property
+    def done(self) -> bool:
+        return self.inner.done
+
+    def scores(self) -> dict[str, float]:
+        return self.inner.scores()
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)  # only an episode that holds something defines it
+        if callable(close):
+            close()
+
+
 def opening_turn(bundle: Bundle, split: str, index: int) -> Turn:
     """Task `index` of `split`'s opening turn, from an episode closed at once: reading a prompt holds nothing
     open (a remote OpenEnv episode is a server session, and a server holds only so many)."""

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
+from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn, WrappedEpisode
 from agentrl.testing.processes import wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,12 +57,12 @@ CONTAINER_FLAGS = {"sandbox_error", "env_error", "env_gone", "deploy", "no_rewar
 # -- the faulty bundle, served by the env server in the local pass ----------------------------------------------
 
 
-class FaultyEpisode(Episode):
+class FaultyEpisode(WrappedEpisode):
     """A GridSim episode whose first tool call or turn end raises (`raise_call`) or sleeps (`slow_call`)."""
 
     def __init__(self, inner: Episode, fault: str | None, slow_s: float) -> None:
-        self.inner, self.fault, self.slow_s = inner, fault, slow_s
-        self.info = inner.info
+        super().__init__(inner)
+        self.fault, self.slow_s = fault, slow_s
 
     def _strike(self) -> None:
         fault, self.fault = self.fault, None  # once: the next call is the episode's own
@@ -71,9 +71,6 @@ class FaultyEpisode(Episode):
         if fault == "slow_call":
             time.sleep(self.slow_s)
 
-    def first_turn(self) -> Turn:
-        return self.inner.first_turn()
-
     def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         self._strike()
         return self.inner.call_tool(name, arguments)
@@ -81,18 +78,6 @@ class FaultyEpisode(Episode):
     def end_turn(self, response: str) -> Turn | None:
         self._strike()
         return self.inner.end_turn(response)
-
-    @property
-    def done(self) -> bool:
-        return self.inner.done
-
-    def scores(self) -> dict[str, float]:
-        return self.inner.scores()
-
-    def close(self) -> None:
-        closer = getattr(self.inner, "close", None)
-        if callable(closer):
-            closer()
 
 
 class FaultyBundle(Bundle):

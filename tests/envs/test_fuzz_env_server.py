@@ -116,7 +116,8 @@ def test_schemathesis_finds_no_server_error(token):
     with serve_in_background(app) as url:
         schema = schemathesis.openapi.from_url(f"{url}/openapi.json", headers={"Authorization": f"Bearer {token}"})
         operations = [result.ok() for result in schema.get_all_operations()]
-        assert {op.path for op in operations} == {"/health", "/schema", "/metadata"}
+        # /mcp: OpenEnv 0.10's JSON-RPC over HTTP, fuzzed here with whatever bodies its schema admits
+        assert {op.path for op in operations} == {"/health", "/schema", "/metadata", "/mcp"}
         for op in operations:
             fuzz_operation(op, url, token)
 

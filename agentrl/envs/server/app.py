@@ -201,16 +201,13 @@ def build_app(
         closed_by_client = False
         try:
             while True:
-                message = await websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                text = message.get("text")
+                try:
+                    text = await wire.receive_text(websocket)
+                except UnicodeDecodeError as exc:
+                    await websocket.send_text(wire.error_frame(wire.INVALID_JSON, f"Invalid JSON: {exc}"))
+                    continue
                 if text is None:
-                    try:
-                        text = (message.get("bytes") or b"").decode("utf-8")
-                    except UnicodeDecodeError as exc:
-                        await websocket.send_text(wire.error_frame(wire.INVALID_JSON, f"Invalid JSON: {exc}"))
-                        continue
+                    break
                 async with held.lock:
                     held.touch()
                     reply = await dispatch(held, text, table)

@@ -72,17 +72,14 @@ def add_mcp_routes(app: FastAPI, table: SessionTable) -> None:
             return
         try:
             while True:
-                message = await websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                text = message.get("text")
+                try:
+                    text = await wire.receive_text(websocket)
+                except UnicodeDecodeError as exc:
+                    error = wire.jsonrpc_error(None, mcp_rpc.PARSE_ERROR, f"Parse error: {exc}")
+                    await websocket.send_text(wire.dumps(error))
+                    continue
                 if text is None:
-                    try:
-                        text = (message.get("bytes") or b"").decode("utf-8")
-                    except UnicodeDecodeError as exc:
-                        error = wire.jsonrpc_error(None, mcp_rpc.PARSE_ERROR, f"Parse error: {exc}")
-                        await websocket.send_text(wire.dumps(error))
-                        continue
+                    break
                 parsed = mcp_rpc.parse_text(text)
                 if not isinstance(parsed, dict):
                     async with held.lock:

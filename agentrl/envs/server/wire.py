@@ -251,3 +251,13 @@ def schema() -> dict[str, Any]:
         "observation": ObservationSchema.model_json_schema(),
         "state": StateSchema.model_json_schema(),
     }
+
+
+async def receive_text(websocket: Any) -> str | None:
+    """The next frame as text (a binary frame decoded as UTF-8; UnicodeDecodeError when it is not), or None once
+    the client has gone."""
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        return None
+    text = message.get("text")
+    return text if text is not None else (message.get("bytes") or b"").decode("utf-8")
