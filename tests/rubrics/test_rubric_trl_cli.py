@@ -1,0 +1,53 @@
+"""`reward=rubric` under `trainer=trl` through the real CLI: TRL's rollout_func scores each play with the rubric
+tree (a weighted sum of the env's grade and a format check) and each part reaches MLflow per step, as under the
+built-in trainer."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrl.testing.mlflow_store import seed_store
+from agentrl.testing.tiny_models import seed_tiny_model
+
+REPO = Path(__file__).resolve().parents[2]
+RUBRIC = ("reward.rubric={_target_:agentrl.rubrics.WeightedSum,"
+          "parts:{grade:{_target_:agentrl.rubrics.Score,name:grade},"
+          "format:{_target_:agentrl.rubrics.Format,pattern:submit_schedule}},"
+          "weights:{grade:0.8,format:0.2}}")
+TINY = ["trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=2", "trainer.eval_every=0",
+        "trainer.warm_start.steps=2", "trainer.warm_start.batch_samples=2", "agent.max_response_tokens=24",
+        "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
+        "model.intermediate_size=64", "model.vocab_size=1024"]
+
+
+@pytest.mark.slow
+def test_two_trl_steps_log_each_rubric_part(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    args = ["+recipe=gridsim_grpo", "trainer=trl", "reward=rubric", RUBRIC, *TINY, "trainer.steps=2"]
+    seed_tiny_model(args, home / "outputs" / "models")
+    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    done = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-4000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    [run] = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.data.params["reward/_target_"] == "agentrl.rubrics.RubricReward"
+    for part in ("grade", "format", "total"):
+        history = client.get_metric_history(run.info.run_id, f"train/rubric/{part}")
+        assert [m.step for m in history] == [1, 2], f"train/rubric/{part}: {history}; logged {sorted(run.data.metrics)}"
+        assert all(math.isfinite(m.value) and 0.0 <= m.value <= 1.0 for m in history), history
+        assert math.isfinite(run.data.metrics[f"eval/rubric/{part}"]), part
+    # The trained reward is the tree's total: 0.8 x grade + 0.2 x format, per rollout, so in the step's mean too.
+    for step in (1, 2):
+        at = {p: next(m.value for m in client.get_metric_history(run.info.run_id, f"train/rubric/{p}")
+                      if m.step == step) for p in ("grade", "format", "total")}
+        assert at["total"] == pytest.approx(0.8 * at["grade"] + 0.2 * at["format"], abs=1e-6), at
