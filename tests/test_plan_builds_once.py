@@ -8,12 +8,9 @@ import ast
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
-from agentrl.config import register_configs
-from agentrl.config.locate import conf_dir
 from agentrl.plan import EngineFactory, ModelSource, PlanError, build_plan
+from agentrl.testing.config import compose_config
 
 ROOT = Path(__file__).resolve().parents[1] / "agentrl"
 # Entry points that serve one group with no training plan of their own (python -m agentrl.envs.serve, ...).
@@ -63,13 +60,7 @@ def test_converted_modules_read_no_cfg(rel: str) -> None:
 
 
 def _cfg(tmp_path: Path, *overrides: str):
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            return compose("config", overrides=[*overrides, f"paths.output_root={tmp_path / 'out'}"])
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config(*overrides, f"paths.output_root={tmp_path / 'out'}")
 
 
 def test_the_plan_carries_the_model_source_engine_factory_and_tracker(tmp_path: Path) -> None:

@@ -10,28 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 import agentrl
-from agentrl.config import register_configs
-from agentrl.config.locate import conf_dir
 from agentrl.config.sampling import Sampling, SamplingError
 from agentrl.config.trainer import TEMPERATURE, SFTTrainerConfig
 from agentrl.plan import PlanError, build_plan
+from agentrl.testing.config import compose_config
 from agentrl.testing.tiny_models import shared_tiny_model
 
 SMALL = dict(vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
              max_position_embeddings=512)
 
 
-def composed(*overrides: str) -> Any:
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
-    return cfg
+composed = compose_config
 
 
 # ------------------------------------------------------------------ the value

@@ -12,18 +12,15 @@ from typing import Any
 
 import httpx
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from agentrl.agents.record import Rollout
 from agentrl.agents.tool_calling import run
-from agentrl.config import register_configs
-from agentrl.config.locate import conf_dir
 from agentrl.envs.bundles import load_bundle
 from agentrl.envs.mix import shares
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.plan import PlanError, build_plan
 from agentrl.testing import Reply, ScriptedChat
+from agentrl.testing.config import compose_config
 from agentrl.trainers.demonstrations import demonstration_chats
 from agentrl.trainers.evaluate import reward_metrics
 from agentrl.trainers.rollout import make_row
@@ -164,13 +161,7 @@ def test_the_spec_rebuilds_the_same_mix_without_the_config(mix):
                                              train_size=200).data_options()
 
 
-def composed(*overrides: str) -> Any:
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
-    return cfg
+composed = compose_config
 
 
 @pytest.mark.parametrize(("bundles", "named"), [

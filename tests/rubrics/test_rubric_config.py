@@ -8,26 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from agentrl.agents.record import Rollout
-from agentrl.config import register_configs
-from agentrl.config.locate import conf_dir
 from agentrl.plan import PlanError, build_plan
 from agentrl.rubrics import Format, RubricReward, Score, WeightedSum
+from agentrl.testing.config import compose_config
 from agentrl.trainers.step_parts import rollout_metrics
 
 S = "{_target_: agentrl.rubrics.Score, name: grade}"
 
 
-def composed(*overrides: str) -> Any:
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
-    return cfg
+composed = compose_config
 
 
 def plan(tmp_path: Path, *overrides: str) -> Any:

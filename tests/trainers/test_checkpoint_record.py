@@ -9,24 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from agentrl.config import register_configs
-from agentrl.config.locate import conf_dir
 from agentrl.plan import build_plan
+from agentrl.testing.config import compose_config
 from agentrl.trainers.resume import checkpoint_record, differences
 
 
 def _composed(tmp_path: Path, *overrides: str) -> Any:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            return compose("config", overrides=[*overrides, f"paths.output_root={tmp_path / 'out'}"])
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config(*overrides, f"paths.output_root={tmp_path / 'out'}")
 
 
 def _json(data: dict[str, Any]) -> dict[str, Any]:

@@ -13,13 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
-from agentrl.config import register_configs
-from agentrl.config.locate import conf_dir
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.plan import PlanError, build_plan
+from agentrl.testing.config import compose_config
 from agentrl.trainers.grpo import GRPOTrainer
 from agentrl.trainers.miles import MilesTrainer
 from agentrl.trainers.protocol import MEMBERS, TrainerBase, missing_members
@@ -50,13 +47,7 @@ class _Tracker:
         pass
 
 
-def compose_cfg(*overrides: str) -> Any:
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
-    return cfg
+compose_cfg = compose_config
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda c: c.__name__)
