@@ -2,13 +2,49 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
 # docs/models.md says how to choose each.
 TOOL_FORMATS = ("qwen", "hermes", "llama3", "mistral")  # agentrl.models.tool_calls.PARSERS
 DTYPES = ("float32", "bfloat16")
+
+
+LORA_PUSHES = ("adapter", "merged")
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapters (PEFT) in place of full fine-tuning: the learner trains and pushes only the adapter.
+
+    docs/models.md ("LoRA") says how to choose each; the names follow PEFT's `LoraConfig`, which TRL's
+    `peft_config` takes as well.
+    """
+
+    enabled: bool = False
+    rank: int = 16  # PEFT's r
+    alpha: float = 32.0  # the update is scaled by alpha / rank
+    dropout: float = 0.0
+    # Module names (suffixes, as PEFT matches them); the Qwen3 attention and MLP projections by default.
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    # adapter: the engine applies the adapter, the base is never re-sent; merged: the merged weights are pushed
+    # (engines without adapter support).
+    push: str = "adapter"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise ValueError(f"model.lora.rank must be an integer >= 1, got {self.rank!r}")
+        if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha) and self.alpha > 0):
+            raise ValueError(f"model.lora.alpha must be a finite number > 0, got {self.alpha!r}")
+        if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
+            raise ValueError(f"model.lora.dropout must be in [0, 1), got {self.dropout!r}")
+        if not self.target_modules:
+            raise ValueError("model.lora.target_modules is empty: name at least one module (e.g. q_proj)")
+        if self.push not in LORA_PUSHES:
+            raise ValueError(f"model.lora.push={self.push!r}: choose one of {', '.join(LORA_PUSHES)}")
 
 
 @dataclass
@@ -23,6 +59,7 @@ class ModelConfig:
     dtype: str = "float32"
     # Recompute activations in the backward pass instead of keeping them: less memory, ~30% more compute.
     gradient_checkpointing: bool = False
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
         if self.tool_format not in TOOL_FORMATS:
