@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
 from agentrl.config.portable import PortableConfigError, from_portable
 from agentrl.console import quiet_console
 from agentrl.plan import Plan, PlanError, build_plan
+from agentrl.tracking.trace_file import TraceFile
 from agentrl.trainers.dependency import DependencyLost
-from agentrl.trainers.trl_worker import LOST_FILE, train
+from agentrl.trainers.trl_worker import LOST_FILE, TRACES_PREFIX, train
 
 
 def rank_plan(spec: dict) -> Plan:
@@ -31,7 +33,8 @@ def rank_plan(spec: dict) -> Plan:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Read the spec the parent wrote, train this rank; rank 0 writes metrics and the final result."""
+    """Read the spec the parent wrote, train this rank; rank 0 writes metrics and the final result, every rank
+    its episode traces (`trl_traces_<pid>.jsonl`, which the parent logs)."""
     spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
     plan = rank_plan(spec)
     metrics_path = Path(spec["metrics_path"])
@@ -43,7 +46,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         final = train(plan, start_path=spec["start_path"], output_dir=spec["output_dir"],
                       run_dir=spec["run_dir"], sink=to_file, resume_from=spec.get("resume_from"),
-                      record=spec.get("record"))
+                      record=spec.get("record"),
+                      traces=TraceFile(Path(spec["run_dir"], f"{TRACES_PREFIX}{os.getpid()}.jsonl"),
+                                       spec["trace_train_fraction"]))
     except DependencyLost as err:  # the parent reads it: one line for the user, not a rank's traceback
         Path(spec["run_dir"], LOST_FILE).write_text(str(err))
         raise

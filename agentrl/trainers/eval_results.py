@@ -135,7 +135,14 @@ class EvalSink:
     def __call__(self, name: str, records: Sequence[Mapping[str, Any]]) -> Path:
         path = write_results(self.run_dir / EVALS_DIR / f"{name}.jsonl", records)
         if self.tracker is not None:
-            self.tracker.log_artifact(path, EVALS_DIR)
-            self.tracker.log_table(table_rows(records), f"{EVALS_DIR}/{name}_table.json")
+            publish(self.tracker, path, records)
         self.last = path
         return path
+
+
+def publish(tracker: Any, path: Path, records: Sequence[Mapping[str, Any]] | None = None) -> None:
+    """Log a per-task results file to `tracker`: the file (under `evals/`) and its table
+    (`evals/<name>_table.json`); `records` are read back from `path` when not given."""
+    tracker.log_artifact(path, EVALS_DIR)
+    tracker.log_table(table_rows(read_results(path) if records is None else records),
+                      f"{EVALS_DIR}/{path.stem}_table.json")

@@ -140,7 +140,8 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
     task order). With more than one sample the metrics add `<prefix>/pass_at_<k>` (a pass: score >= `pass_score`).
 
     `sink(name, records)` (an `eval_results.EvalSink`) takes the per-task records, named `<prefix>-step-<step>`
-    (or `<prefix>` without a step). Prints `eval_line` when done (above any progress bar) unless `quiet`.
+    (or `<prefix>` without a step; a `/` in the prefix becomes `-`). Prints `eval_line` when done (above any
+    progress bar) unless `quiet`.
     """
     started = time.monotonic()
     rows = [make_row(bundle, split, i, services.env_url, services.env_settings)
@@ -157,8 +158,9 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
     records = task_records(outcomes, breakdown, step)
     if samples > 1:
         metrics.update(pass_metrics(records, pass_score, prefix))
-    if sink is not None:
-        sink(prefix if step is None else f"{prefix}-step-{step}", records)
+    if sink is not None:  # a file name of the prefix: warm_start/eval writes warm_start-eval-step-<n>.jsonl
+        name = prefix.replace("/", "-")
+        sink(name if step is None else f"{name}-step-{step}", records)
     if not quiet:  # above any progress bar, and at once even when stdout is a pipe
         tqdm.write(eval_line(metrics, time.monotonic() - started, prefix=prefix, step=step), file=sys.stdout)
         sys.stdout.flush()

@@ -18,7 +18,9 @@ from typing import Any
 
 from agentrl.config.portable import to_portable
 from agentrl.console import progress, run_relayed
+from agentrl.tracking.trace_file import read_trace_file
 from agentrl.trainers.dependency import DependencyLost
+from agentrl.trainers.eval_results import EVALS_DIR, publish
 from agentrl.trainers.evaluate import step_line
 from agentrl.trainers.no_update import NoUpdateWatch
 from agentrl.trainers.plots import reward_curves
@@ -33,7 +35,7 @@ from agentrl.trainers.trl_args import (
     report,
     use_cpu,
 )
-from agentrl.trainers.trl_worker import LOST_FILE
+from agentrl.trainers.trl_worker import LOST_FILE, TRACES_PREFIX
 from agentrl.trainers.warm_start import warm_start_path
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,16 @@ class MetricsForwarder:
         self.stop.set()
         self.thread.join()
         self._drain()
+
+
+def log_rank_files(run_dir: Path, tracker: Any, since: float) -> None:
+    """Log what the accelerate ranks left in `run_dir` for the tracker they lack: rank 0's per-task eval files
+    written after `since` (a time.time()) and every rank's episode traces."""
+    for path in sorted((run_dir / EVALS_DIR).glob("*.jsonl")):
+        if path.stat().st_mtime >= since:
+            publish(tracker, path)
+    for path in sorted(run_dir.glob(f"{TRACES_PREFIX}*.jsonl")):
+        tracker.log_traces(read_trace_file(path))
 
 
 def record(metrics: dict[str, float], step: int, tracker: Any, history: dict[str, list[tuple[int, float]]],
@@ -211,10 +223,12 @@ class TRLTrainer(TrainerBase):
         metrics_path.unlink(missing_ok=True)
         final_path.unlink(missing_ok=True)
         (run_dir / LOST_FILE).unlink(missing_ok=True)
+        for stale in run_dir.glob(f"{TRACES_PREFIX}*.jsonl"):
+            stale.unlink()
         # Each rank rebuilds the plan from the typed settings and the choices (agentrl/trl_rank.py).
         spec = {"config": to_portable(self.settings), "choices": dict(self.plan.choices), "start_path": start_path,
                 "output_dir": str(output_dir), "run_dir": str(run_dir), "metrics_path": str(metrics_path),
-                "final_path": str(final_path), **resumed}
+                "final_path": str(final_path), "trace_train_fraction": self.tracker.trace_train_fraction, **resumed}
         spec_path = run_dir / "trl_spec.json"
         spec_path.write_text(json.dumps(spec))
         t = self.settings.trainer
@@ -224,8 +238,10 @@ class TRLTrainer(TrainerBase):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         env.setdefault("OMP_NUM_THREADS", str(t.threads or 1))  # torchrun's default otherwise warns and picks 1
         print(f"trl: launching {t.num_processes} processes: {' '.join(command)}", flush=True)
+        launched = time.time()
         with MetricsForwarder(metrics_path, self.tracker, self.history, self.no_update):
             returncode = run_relayed(command, env=env, cwd=run_dir)  # their lines reach the run's log too
+        log_rank_files(run_dir, self.tracker, launched)  # a failed run's evals and traces too
         if returncode != 0 and (run_dir / LOST_FILE).is_file():
             raise DependencyLost((run_dir / LOST_FILE).read_text())
         if returncode != 0:

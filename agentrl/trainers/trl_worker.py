@@ -30,6 +30,8 @@ from agentrl.agents.record import Rollout
 from agentrl.console import TRL_SILENCE
 from agentrl.devices import set_threads
 from agentrl.group_filter import FAILED, group_drop_reason
+from agentrl.trainers.episode_traces import TraceAs
+from agentrl.trainers.eval_results import EvalSink
 from agentrl.trainers.evaluate import trainer_eval
 from agentrl.trainers.resume import TRANSFORMERS, checkpoint_step, resumed_history, write_record
 from agentrl.trainers.rollout import make_row
@@ -42,6 +44,7 @@ from agentrl.trainers.trl_steps import PlayedStep, gather_step, make_callback
 log = logging.getLogger(__name__)
 Sink = Callable[[dict[str, float], int], None]
 LOST_FILE = "trl_dependency_lost.txt"  # a rank that lost the env server or its engine says which, here
+TRACES_PREFIX = "trl_traces_"  # each accelerate rank's episode traces: trl_traces_<pid>.jsonl in the run folder
 INDEX_KEY = "agentrl_index"  # carried in every prompt message: rollout_func receives only the prompts
 
 
@@ -68,8 +71,11 @@ def agentrl_reward(prompts: list[Any], completions: list[Any], reward: list[floa
 class Bridge:
     """The rollout function TRL calls, the weight sync, the evaluator and the metrics of a step."""
 
-    def __init__(self, plan: Any, services: Any, tokenizer: Any, sink: Sink | None) -> None:
+    def __init__(self, plan: Any, services: Any, tokenizer: Any, sink: Sink | None, run_dir: str = "") -> None:
         self.plan, self.services, self.tokenizer, self.sink = plan, services, tokenizer, sink
+        # Per-task eval files (evals/eval-step-<n>.jsonl) as trainer=grpo writes them; logged to the tracker when
+        # this process has one (one process), else by the parent after the workers end (`TRLTrainer._launch`).
+        self.eval_sink = EvalSink(plan.tracker, Path(run_dir or plan.run_dir))
         self.settings = plan.settings
         self.t = plan.settings.trainer
         self.synced_step = 0  # the engine holds the start folder, which is TRL's step-0 model
@@ -107,7 +113,8 @@ class Bridge:
         # trainer.dependency_grace_s, naming it, or is waited for (trainer.on_dependency_loss).
         groups = asyncio.run(svc.runner.play_rows(rows, list(counts.values()),
                                                   request_kwargs=self.plan.sampling.request_kwargs(),
-                                                  seed_parts=(self.settings.seed, step, rank, self.calls)))
+                                                  seed_parts=(self.settings.seed, step, rank, self.calls),
+                                                  trace_as=TraceAs("train", step)))
         if svc.runner.breaker is not None:
             svc.runner.breaker.step_done(step, [r for g in groups for r in g])
         queues = {i: list(g) for i, g in zip(counts, groups, strict=True)}
@@ -150,8 +157,7 @@ class Bridge:
         if trainer is not None:
             self.sync(trainer)
         return trainer_eval(self.services, self.plan.bundle, self.settings, step, sampling=self.plan.sampling,
-                            greedy=greedy, times=self.times,
-                            history=self.history)
+                            greedy=greedy, times=self.times, history=self.history, sink=self.eval_sink)
 
 
 def weight_digest(model: torch.nn.Module) -> dict[str, list[float]]:
@@ -174,9 +180,12 @@ def record_callback(record: dict[str, Any], bridge: Bridge) -> Any:
 
 
 def train(plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Sink | None,
-          resume_from: str | None = None, record: dict[str, Any] | None = None) -> dict[str, Any]:
+          resume_from: str | None = None, record: dict[str, Any] | None = None, traces: Any = None) -> dict[str, Any]:
     """Train with TRL from `start_path`; rank 0 returns the final metrics (every rank writes its weight digest).
     Everything comes from `plan`: its objects, its typed settings, its engine factory.
+
+    `traces`: where this process's episode traces go (`Tracker.log_traces`); the plan's tracker when None (one
+    process), a `TraceFile` the parent forwards under accelerate.
 
     `resume_from`: a TRL checkpoint folder to continue (TRL's `resume_from_checkpoint`: weights, optimizer,
     scheduler, RNG and step); `record`: the run's record, written into every checkpoint.
@@ -201,7 +210,9 @@ def train(plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Si
     tokenizer = AutoTokenizer.from_pretrained(start_path, local_files_only=True)
     tokenizer.padding_side = "left"
     services = start_services(plan, start_path)
-    bridge = Bridge(plan, services, tokenizer, sink if rank == 0 else None)
+    # Episode traces: every eval play and a sample of training's, as under trainer=grpo.
+    services.runner.traces = traces if traces is not None else plan.tracker
+    bridge = Bridge(plan, services, tokenizer, sink if rank == 0 else None, run_dir)
     if resume_from:  # the points so far, so the next checkpoint's record holds the whole curve
         bridge.history = resumed_history(Path(resume_from), checkpoint_step(Path(resume_from), TRANSFORMERS) or 0,
                                          list(bridge.history))

@@ -22,11 +22,16 @@ SMALL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "mod
 
 class _Tracker:
     run_id = "test-run"
+    trace_train_fraction = 0.0
 
     def __init__(self) -> None:
         self.logged: dict[str, list[tuple[int, float]]] = {}
         self.tags: dict[str, Any] = {}
         self.models: list[Path] = []
+        self.traces: list[Any] = []
+
+    def log_traces(self, traces: list[Any]) -> None:
+        self.traces += traces
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for key, value in metrics.items():
