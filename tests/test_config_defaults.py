@@ -83,21 +83,21 @@ def test_the_serve_config_restates_no_env_server_default():
     assert not restated, f"conf/serve.yaml restates ServeConfig's defaults: {restated}"
 
 
-# ------------------------------------------------------------------ off_policy_steps: one owner
+# ------------------------------------------------------------------ max_staleness: one owner
 
 
-def test_off_policy_steps_has_one_owner_and_the_docs_say_its_value():
-    default = GRPOTrainerConfig().off_policy_steps
+def test_max_staleness_has_one_owner_and_the_docs_say_its_value():
+    default = GRPOTrainerConfig().max_staleness
     assert default == 1, "trainer=grpo overlaps play and train by default (the behaviour users got)"
-    assert "off_policy_steps" not in option_file("trainer", "grpo"), "conf/trainer/grpo.yaml restates it"
+    assert "max_staleness:" not in option_file("trainer", "grpo"), "conf/trainer/grpo.yaml restates it"
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         cfg = compose("config", overrides=["trainer=grpo"])
     GlobalHydra.instance().clear()
-    assert cfg.trainer.off_policy_steps == default
+    assert cfg.trainer.max_staleness == default
     readme = (project_root() / "README.md").read_text(encoding="utf-8")
-    said = re.findall(r"trainer\.off_policy_steps=[^`]*` \(default (\d)", readme)
+    said = re.findall(r"trainer\.max_staleness=[^`]*` \(default (\d)", readme)
     assert said == [str(default)], f"README's config table says the default is {said}, the schema {default}"
 
 

@@ -53,6 +53,26 @@ def check_algorithm(c: Any, key: str = "trainer") -> None:
         raise ValueError(f"{key}.clip_high must be >= 0, got {high}")
 
 
+STALE_POLICIES = ("wait", "pace", "drop")  # trainer.stale_policy (agentrl/trainers/play_ahead.py)
+
+
+def check_retired_overlap(c: Any) -> None:
+    """The retired `trainer.off_policy_steps`, when set, fails naming its heir `trainer.max_staleness`."""
+    if getattr(c, "off_policy_steps", None) is not None:
+        raise ValueError(f"trainer.off_policy_steps was renamed trainer.max_staleness (K: how many weight versions "
+                         f"a trained sample may lag the one that sampled its first token; 0 plays then trains, 1 is "
+                         f"the old overlap): set trainer.max_staleness={c.off_policy_steps} instead")
+
+
+def check_staleness(c: Any) -> None:
+    """`trainer.max_staleness` (K >= 0) and `trainer.stale_policy` of the built-in GRPO."""
+    check_retired_overlap(c)
+    if not isinstance(c.max_staleness, int) or c.max_staleness < 0:
+        raise ValueError(f"trainer.max_staleness must be an integer >= 0 (0: play, then train), got {c.max_staleness!r}")
+    if c.stale_policy not in STALE_POLICIES:
+        raise ValueError(f"trainer.stale_policy={c.stale_policy!r}: choose one of {', '.join(STALE_POLICIES)}")
+
+
 # What Miles does instead of each built-in choice its launch does not map: the flags to pass in trainer.extra_args
 # (they come last, so they override the defaults the launch sets).
 MILES_LOSS_FLAGS = {
@@ -90,6 +110,11 @@ def miles_algorithm_problem(c: Any) -> str | None:
     if float(c.tis_cap) != 0:
         return (f"trainer.tis_cap={c.tis_cap} does not apply under trainer=miles: use "
                 f"trainer.extra_args='[--use-tis,--tis-clip,{c.tis_cap}]' (Miles' truncated importance sampling)")
+    if int(getattr(c, "max_staleness", 0)) != 0:
+        return (f"trainer.max_staleness={c.max_staleness} does not apply under trainer=miles: its bound, Miles' "
+                f"--max-weight-staleness (with --partial-rollout), is read only by Miles' fully-async rollout "
+                f"(examples/fully_async in its repository, not in the miles-rl 0.0.2 wheel), and this launch runs "
+                f"train.py's synchronous loop; use trainer=grpo for K > 0")
     return None
 
 
@@ -213,10 +238,15 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
     # A rollout truncated, over budget or out of turns (the policy's own doing): drop its group, or penalize:
     # keep it in the group at reward 0 (docs/training.md, "Failed rollouts"). Env and engine failures always drop.
     model_failures: str = "drop"  # drop | penalize
-    # 1: play step n+1 while step n trains (its rollouts one weight version stale, corrected by the ratio to the
-    # engine's logprobs and tis_cap; a step costs about max(play, train) instead of their sum: benchmarks/RESULTS.md,
-    # "`trainer.off_policy_steps`"); 0: play, then train (docs/training.md, "Overlapped rollouts")
-    off_policy_steps: int = 1  # 0 | 1
+    # K: a sample may be trained up to K weight versions after the one that sampled its first token. 0: play, then
+    # train; 1: play step n+1 while step n trains (corrected by the ratio to the engine's logprobs and tis_cap; a
+    # step costs about max(play, train) instead of their sum: benchmarks/RESULTS.md, "`trainer.off_policy_steps`");
+    # K >= 2: play up to K steps ahead (docs/training.md, "Overlapped rollouts" and "Staleness")
+    max_staleness: int = 1
+    # What keeps samples within K (play_ahead.py): wait (generation stops until the learner catches up), pace
+    # (rows admitted one step per step trained), drop (generation never waits; groups older than K are dropped)
+    stale_policy: str = "wait"
+    off_policy_steps: int | None = None  # retired: renamed max_staleness (set, it fails naming the new key)
     max_drops_in_a_row: int = 200  # stop the run after more groups in a row were dropped as failed
     checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id>
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device (SGLang: cuda when there)
@@ -235,9 +265,7 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
         self.check_lr_schedule()
         if self.model_failures not in ("drop", "penalize"):
             raise ValueError(f"trainer.model_failures must be drop or penalize, got {self.model_failures!r}")
-        if self.off_policy_steps not in (0, 1):
-            raise ValueError(f"trainer.off_policy_steps must be 0 (play, then train) or 1 (play the next step while "
-                             f"this one trains), got {self.off_policy_steps!r}")
+        check_staleness(self)
         if int(self.norm_tokens) < 1:
             raise ValueError(f"trainer.norm_tokens must be >= 1 (dr_grpo's constant normalizer), got {self.norm_tokens}")
         if _is_set(self.overlong_buffer):
@@ -324,6 +352,7 @@ class MilesTrainerConfig(TrainerConfig):
     kl_estimator: str | None = None  # null only: Miles' estimator is kl_loss_type
     entropy_coef: float = 0.0  # 0 only: --entropy-coef in extra_args
     tis_cap: float = 0.0  # 0 only: --use-tis --tis-clip in extra_args
+    max_staleness: int = 0  # 0 only: this launch runs Miles' synchronous loop (miles_algorithm_problem says why)
 
     def __post_init__(self) -> None:
         if problem := miles_algorithm_problem(self):
@@ -354,7 +383,8 @@ class TRLTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConfi
     weight_decay: float = 0.0
     # The built-in GRPO redraws rows for dropped groups; TRL's sampler cannot, so only 0 is accepted.
     max_extra_rows: int = 0
-    off_policy_steps: int = 0  # 0 only: TRL generates, then trains (the built-in GRPO can overlap them)
+    max_staleness: int = 0  # 0 only: TRL's GRPOTrainer generates, then trains (trl_args.py says why, and what not)
+    off_policy_steps: int | None = None  # retired: renamed max_staleness (set, it fails naming the new key)
     drop_no_signal: bool = True  # groups of equal rewards train nothing (TRL: advantage 0 in them anyway)
     num_processes: int = 1  # >1: `accelerate launch` with that many data-parallel processes (gloo on CPUs)
     accelerate_config: str | None = None  # an accelerate/DeepSpeed config file for GPUs and nodes (docs/trl.md)
@@ -365,6 +395,7 @@ class TRLTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConfi
     extra_args: dict[str, Any] = field(default_factory=dict)  # more GRPOConfig fields, verbatim (names checked)
 
     def __post_init__(self) -> None:
+        check_retired_overlap(self)
         DependencyWatchConfig.__post_init__(self)
         self.check_lr_schedule()
 

@@ -3,11 +3,12 @@
 A step (`train_step`) is six verbs: draw rows -> play them (`RolloutRunner`: agent, reward group) -> filter the
 groups (`agentrl.group_filter`; dropped groups are replaced by new rows, `step_parts.fill_step`) -> advantages
 -> update (one AdamW step per trained policy) -> push each policy's weights to its engine (`policies.py`). The
-first three make a `StepBatch`, played one step ahead (`play_ahead.py`); the step reports a `StepStats`.
+first three make a `StepBatch`, played ahead (`play_ahead.py`); the step reports a `StepStats`.
 
 How the default (`conf/trainer/grpo.yaml` over `GRPOTrainerConfig`) departs from vanilla GRPO (DeepSeekMath):
-- One step off-policy (`off_policy_steps=1`): step n+1 is played while step n trains, so its plays start on the
-  weights step n trained from (`rollout/weight_lag` about 1). `off_policy_steps=0` plays each step on the newest.
+- One step off-policy (`max_staleness=1`): step n+1 is played while step n trains, so its plays start on the
+  weights step n trained from (`rollout/weight_lag` about 1). `max_staleness=0` plays each step on the newest;
+  K >= 2 plays up to K steps ahead, kept within K by `stale_policy` (wait | pace | drop: `play_ahead.py`).
 - Truncated importance sampling (`tis_cap=2`): the ratio is taken against the learner's own logprob at the
   step's start, each token weighted by min(learner / engine probability, 2), which corrects that staleness and
   the engine's numeric difference from the learner (`grpo_math.py`).
@@ -63,6 +64,7 @@ from agentrl.trainers.resume import AGENTRL, checkpoint_record
 from agentrl.trainers.role_advantages import role_advantage_problem
 from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
+from agentrl.trainers.staleness import STALE, EngineIdle, play_staleness, split_stale, staleness_metrics
 from agentrl.trainers.step_parts import RowStream, checkpoint_root, fill_step, weight_lag
 from agentrl.trainers.step_products import StepBatch, StepStats, StepTimes
 from agentrl.trainers.warm_start import warm_start_path
@@ -139,7 +141,9 @@ class GRPOTrainer(TrainerBase):
         self.trained_cursor = self.rows.cursor
         self.services = start_services(plan, start_path, self.policies)
         self.services.runner.traces = plan.tracker  # episode traces: every eval play, a sample of training's
-        self.ready = PlayAhead(self._play_step, first=first, last=self.t.steps, overlap=self.t.off_policy_steps > 0)
+        self.ready = PlayAhead(self._play_step, first=first, last=self.t.steps, max_staleness=self.t.max_staleness,
+                               policy=self.t.stale_policy)
+        self.engine_idle = EngineIdle(self.services.engine, time.monotonic)
         return first
 
     def _restore(self, checkpoint: Path) -> int:
@@ -163,8 +167,8 @@ class GRPOTrainer(TrainerBase):
     # ------------------------------------------------------------------ the step
 
     def train_step(self, step: int) -> StepStats:
-        """One step: its plays (draw -> play -> filter, made one step ahead under off_policy_steps=1, while the
-        previous step trained), then advantages -> update -> push. Waits only for what the plays did not hide."""
+        """One step: its plays (draw -> play -> filter, made ahead under max_staleness >= 1, while the previous
+        steps trained), then advantages -> update -> push. Waits only for what the plays did not hide."""
         if self.ready is None or step != self.ready.step:  # the plays ahead belong to the next step in order
             raise RuntimeError(f"GRPOTrainer.train_step({step}): steps run in order from the one setup(plan) "
                                f"returned; the next is {self.ready.step if self.ready else 'after setup'}")
@@ -172,6 +176,7 @@ class GRPOTrainer(TrainerBase):
         batch = next(self.ready)  # rows = draw(); groups = play(rows); kept = filter(groups)
         waited = time.monotonic()
         lag = weight_lag(batch.played, self.services.engine.weight_version)  # before this step's push
+        staleness = self._staleness(batch)
         samples = advantages(self.policies, batch.trained)
         update = update_policies(samples, step)
         updated = time.monotonic()
@@ -180,13 +185,39 @@ class GRPOTrainer(TrainerBase):
         times = StepTimes(generate_wait_s=waited - began, train_s=updated - waited, weight_push_s=push_s,
                           step_s=time.monotonic() - began)
         extra = {**lag, **self.plan.bundle.metrics(), **self.plan.reward.metrics()}  # reward: an LLM judge's judge/*
+        extra.update(self._async_metrics(step, batch, staleness, times))
         stats = StepStats(step, batch, update, times, extra=extra)
         self.history["train/reward"].append((step, stats.reward))
         return stats
 
+    def _staleness(self, batch: StepBatch) -> dict[str, float]:
+        """`async/staleness_*` of what trains; under stale_policy=drop, the groups older than K leave `batch.kept`
+        first (counted in `rollout/groups_dropped/stale` and `async/dropped_stale`)."""
+        now = {name: getattr(engine, "weight_version", None) for name, engine in self.services.policy_engines.items()}
+        plays = play_staleness(batch.played, now)
+        stale: list[Any] = []
+        if self.t.stale_policy == "drop":
+            batch.kept, stale = split_stale(batch.kept, now, self.t.max_staleness, plays)
+            if stale:
+                batch.dropped[STALE] += len(stale)
+        return staleness_metrics(batch.trained, plays, dropped_groups=len(stale))
+
+    def _async_metrics(self, step: int, batch: StepBatch, staleness: dict[str, float],
+                       times: StepTimes) -> dict[str, float]:
+        """The step's `async/*` metrics: staleness, what the bound held back, learner / producer / engine idle."""
+        assert self.ready is not None
+        held = self.ready.held_s(step)
+        metrics = {**staleness, "async/held_s": held, "async/held_stale": float(batch.rows_drawn if held > 0 else 0),
+                   "async/learner_idle": times.generate_wait_s / max(times.step_s, 1e-9)}
+        if (producer := self.ready.producer_idle()) is not None:
+            metrics["async/producer_idle"] = producer
+        if (engine := self.engine_idle.since_last()) is not None:
+            metrics["async/engine_idle"] = engine
+        return metrics
+
     def _play_step(self, step: int) -> StepBatch:
         """Draw rows, play them and filter the groups until `prompts_per_step` pass (or `max_extra_rows` more
-        rows were drawn): `fill_step`. Runs on the play-ahead thread under off_policy_steps=1."""
+        rows were drawn): `fill_step`. Runs on the producer thread under max_staleness >= 1."""
         t, s, svc = self.t, self.settings, self.services
         began, version = time.monotonic(), svc.engine.weight_version
 

@@ -111,7 +111,7 @@ def drop_metrics(dropped: Counter[str], *, drawn: int, kept: int) -> dict[str, f
 
 def weight_lag(played: list[Rollout], now: int | None) -> dict[str, float]:
     """`rollout/weight_lag`: how many weight versions behind the engine's current one (`now`) the shared policy's
-    trained turns were sampled (0 when played then trained; about 1 with `off_policy_steps=1`)."""
+    trained turns were sampled (0 when played then trained; about 1 with `max_staleness=1`)."""
     versions = [v for r in played if r.policy == MAIN and r.sample is not None
                 for v in r.sample.metadata.get("weight_versions", ()) if v is not None]
     return {"rollout/weight_lag": now - sum(versions) / len(versions)} if now is not None and versions else {}

@@ -33,9 +33,10 @@ WORKER_MODULE = "agentrl.trl_rank"
 LACKS: dict[str, tuple[Any, str]] = {
     "max_extra_rows": (0, "TRL's sampler fixes a step's rows before they are played, so it cannot draw "
                           "replacement rows for dropped groups (the built-in GRPO's max_extra_rows)"),
-    "off_policy_steps": (0, "TRL's GRPOTrainer generates a step's completions, then trains on them; playing the next "
-                            "step while one trains is the built-in GRPO's (TRL's own asynchronous variant, "
-                            "trl.experimental.async_grpo, needs a vLLM server)"),
+    "max_staleness": (0, "TRL's GRPOTrainer generates a step's completions, then trains on them. TRL's own "
+                         "asynchronous trainer (trl.experimental.async_grpo.AsyncGRPOTrainer, its max_staleness) "
+                         "generates through its own vLLM server client and rollout worker, not through our session "
+                         "and env servers, and only drops stale samples; K > 0 is the built-in GRPO's (trainer=grpo)"),
 }
 # GRPOConfig fields that agentrl sets itself; extra_args may not override them.
 OWNED = ("output_dir", "num_generations", "generation_batch_size", "per_device_train_batch_size",
@@ -193,6 +194,26 @@ def grpo_config_kwargs(settings: RunConfig, *, output_dir: str | Path, cpu: bool
     return kwargs
 
 
+def peft_kwargs(settings: RunConfig) -> dict[str, Any] | None:
+    """`model.lora` as the keyword arguments of the `peft.LoraConfig` handed to GRPOTrainer's `peft_config`
+    (TRL then trains only the adapter), or None for full fine-tuning."""
+    lora = settings.model.lora
+    if not lora.enabled:
+        return None
+    return {"task_type": "CAUSAL_LM", "r": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout,
+            "target_modules": list(lora.target_modules), "bias": "none"}
+
+
+def peft_config(settings: RunConfig) -> Any:
+    """GRPOTrainer's `peft_config`: PEFT's `LoraConfig` for `model.lora`, or None (full fine-tuning)."""
+    kwargs = peft_kwargs(settings)
+    if kwargs is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(**kwargs)
+
+
 def launch_command(t: TRLTrainerConfig, spec_path: str | Path) -> list[str]:
     """`accelerate launch` for `num_processes` data-parallel workers (CPUs: torchrun-style ranks, gloo)."""
     cmd = [sys.executable, "-m", "accelerate.commands.launch"]
@@ -206,11 +227,13 @@ def launch_command(t: TRLTrainerConfig, spec_path: str | Path) -> list[str]:
     return cmd
 
 
-def report(kwargs: Mapping[str, Any], command: list[str] | None) -> str:
-    """The dry run's text: the exact GRPOConfig and how it is launched."""
+def report(kwargs: Mapping[str, Any], command: list[str] | None, peft: Mapping[str, Any] | None = None) -> str:
+    """The dry run's text: the exact GRPOConfig, the LoRA adapter TRL trains (`peft`), and how it is launched."""
     lines = ["trl: GRPOConfig("]
     lines += [f"    {k}={v!r}," for k, v in kwargs.items()]
     lines.append(")")
+    if peft is not None:
+        lines.append("peft_config: peft.LoraConfig(" + ", ".join(f"{k}={v!r}" for k, v in peft.items()) + ")")
     if command:
         lines.append("launch: " + shlex.join(command))
     else:

@@ -1,4 +1,4 @@
-"""`trainer.off_policy_steps`: the flagship's GRPO step played then trained (0) vs overlapped (1).
+"""`trainer.max_staleness` 0 vs 1 (formerly `trainer.off_policy_steps`): the flagship's GRPO step played then trained (0) vs overlapped (1).
 
     python benchmarks/micro/bench_overlap.py --warm-start PATH --rounds 2 --steps 30
 
@@ -47,11 +47,11 @@ def main() -> None:
     for r in range(args.rounds):
         for setting in (0, 1):
             home = root / f"grpo-{r}-{setting}"
-            agentrl(home, ["+recipe=gridsim_grpo", f"trainer.off_policy_steps={setting}", f"trainer.steps={args.steps}",
+            agentrl(home, ["+recipe=gridsim_grpo", f"trainer.max_staleness={setting}", f"trainer.steps={args.steps}",
                            "trainer.eval_every=0", "trainer.eval_limit=8", "trainer.checkpoint_every=0",
                            f"trainer.warm_start.checkpoint={args.warm_start}", *args.overrides])
             runs[setting].append(step_times(home))
-            print(f"round {r + 1}, off_policy_steps={setting}: " +
+            print(f"round {r + 1}, max_staleness={setting}: " +
                   ", ".join(f"{k} {v:.3f}" for k, v in runs[setting][-1].items()), flush=True)
     print(f"\nGRPO step, mean of steps 2-{args.steps} over {args.rounds} runs each (s): played then trained -> "
           "overlapped")

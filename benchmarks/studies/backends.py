@@ -4,7 +4,7 @@ One Hydra multirun, `trainer=grpo,trl seed=...`, so every job is a child MLflow 
 same warm start folder, seeds, steps and eval split. From the MLflow store it then reports, per backend:
 eval/reward at step 0 and at every eval step (mean ± standard error over the seeds), seconds per step split
 into generate (the plays' wall time), the part of it the step waited for (less than generate when the built-in
-trainer plays the next step while one trains, `trainer.off_policy_steps=1`), train, and other (step - waited -
+trainer plays the next step while one trains, `trainer.max_staleness=1`), train, and other (step - waited -
 train: the weight push, the group filter, logging),
 and the peak resident memory of the process tree while that job ran (sampled every 0.5 s with psutil).
 

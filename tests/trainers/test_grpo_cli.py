@@ -94,12 +94,12 @@ def test_two_steps_then_kill_and_resume(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.slow
 def test_overlapped_rollouts_train_one_version_stale_and_checkpoint_the_right_cursor(tmp_path: Path) -> None:
-    """off_policy_steps=1 plays step n+1 while step n trains: from step 2 on, the trained turns were sampled one
+    """max_staleness=1 plays step n+1 while step n trains: from step 2 on, the trained turns were sampled one
     weight version back; a checkpoint's row cursor excludes the rows already drawn for the next step."""
     import torch
 
     home = tmp_path / "home"
-    done = _cli(["+recipe=gridsim_grpo", *TINY, "trainer.steps=3", "trainer.off_policy_steps=1",
+    done = _cli(["+recipe=gridsim_grpo", *TINY, "trainer.steps=3", "trainer.max_staleness=1",
                  "trainer.eval_every=0"], home)
     assert done.returncode == 0, done.stderr[-4000:]
     client, runs = _runs(home)

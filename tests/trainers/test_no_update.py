@@ -57,7 +57,7 @@ def test_a_run_whose_groups_are_all_dropped_says_it_trained_nothing(tmp_path: Pa
     home = tmp_path / "home"
     # Replies cut at 4 tokens are plain text (no call), so each play ends scored 0 rather than flagged.
     done = _cli(["+recipe=gridsim_grpo", *TINY, "agent.max_response_tokens=4", "trainer.steps=3",
-                 "trainer.eval_every=0", "trainer.checkpoint_every=0", "trainer.off_policy_steps=0"], home)
+                 "trainer.eval_every=0", "trainer.checkpoint_every=0", "trainer.max_staleness=0"], home)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "made no optimizer update (train/updates=0)" in done.stderr + done.stdout
     closing = done.stdout[done.stdout.rindex("== agentrl run FINISHED"):]

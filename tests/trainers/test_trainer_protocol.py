@@ -106,10 +106,10 @@ def sampled_versions(stats: StepStats) -> list[int]:
             for v in r.sample.metadata.get("weight_versions", ()) if v is not None]
 
 
-@pytest.mark.parametrize("overlap", [1, 0], ids=["off_policy_steps=1", "off_policy_steps=0"])
+@pytest.mark.parametrize("overlap", [1, 0], ids=["max_staleness=1", "max_staleness=0"])
 def test_step_n_plus_1_is_played_ahead_on_the_weights_step_n_trains_from(small_model: str, tmp_path: Path,
                                                                         overlap: int) -> None:
-    t = grpo(small_model, tmp_path, "trainer.steps=3", f"trainer.off_policy_steps={overlap}")
+    t = grpo(small_model, tmp_path, "trainer.steps=3", f"trainer.max_staleness={overlap}")
     assert t.setup(t.plan) == 1
     try:
         with pytest.raises(RuntimeError, match=r"train_step\(2\): steps run in order .* the next is 1"):
@@ -139,7 +139,7 @@ def test_a_checkpoint_saves_the_cursor_of_the_steps_trained_not_the_step_played_
                                                                                       tmp_path: Path) -> None:
     """With step 2 already drawn and playing, a checkpoint of step 1 resumes at step 1's cursor: the resumed run
     draws step 2's rows again, in the same order."""
-    t = grpo(small_model, tmp_path, "trainer.steps=2", "trainer.off_policy_steps=1")
+    t = grpo(small_model, tmp_path, "trainer.steps=2", "trainer.max_staleness=1")
     t.setup(t.plan)
     try:
         first = t.train_step(1)
@@ -148,7 +148,7 @@ def test_a_checkpoint_saves_the_cursor_of_the_steps_trained_not_the_step_played_
     finally:
         t.cleanup()
     assert first.batch.row_cursor == 2 and second.batch.row_cursor == 4
-    again = grpo(small_model, tmp_path, "trainer.steps=2", "trainer.off_policy_steps=1", "trainer.resume=true")
+    again = grpo(small_model, tmp_path, "trainer.steps=2", "trainer.max_staleness=1", "trainer.resume=true")
     assert again.setup(again.plan) == 2
     try:
         assert again.rows.cursor == 2

@@ -136,8 +136,8 @@ def _plan(settings: RunConfig) -> Plan:
 def test_overlapped_rollouts_are_the_built_in_trainers_only() -> None:
     from agentrl.trainers.trl_args import TRLConfigError, check_config
 
-    with pytest.raises(TRLConfigError, match=r"trainer.off_policy_steps=1 has no counterpart in TRL"):
-        check_config(_settings(off_policy_steps=1))
+    with pytest.raises(TRLConfigError, match=r"trainer.max_staleness=1 has no counterpart in TRL.*AsyncGRPOTrainer"):
+        check_config(_settings(max_staleness=1))
 
 
 def test_mapping_builds_a_real_grpo_config() -> None:
