@@ -1,5 +1,6 @@
 """`python -m agentrl compare A B` on two known per-task result files: the hand-computed paired mean and se, the
-breakdown, and a clear refusal of mismatched task sets or a file that is not a results file."""
+breakdown, and a clear refusal of mismatched task sets or a file that is not a results file; on two `agentrl eval`
+runs of the same model and tasks, exactly 0 ± 0 with every task tied, and a refusal when the tasks differ."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
+from agentrl.testing.cli import run_agentrl
 from tests.conftest import run_cli
 
 
@@ -54,3 +58,26 @@ def test_compare_names_a_bad_source(tmp_path: Path) -> None:
     done = run_cli(["compare", str(tmp_path / "missing.jsonl"), str(good)], cwd=tmp_path, timeout=600)
     assert done.returncode != 0 and "neither a per-task results file nor an MLflow run id" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+EVAL = ["eval", "eval.samples=2", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+        "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024", "agent.max_response_tokens=24"]
+
+
+@pytest.mark.slow
+def test_two_evals_of_the_same_model_and_tasks_compare_to_exactly_zero(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first, again = (run_agentrl([*EVAL, "eval.limit=3"], home).mlflow_run().info.run_id for _ in range(2))
+    assert first != again
+    done = run_agentrl(["compare", first, again], home, seed_model=False)
+    # Sampled at the trainer's temperature, seeded: the same plays, so every task ties.
+    assert "A - B, paired by task: +0.0000 ± 0.0000 (0.0 se), n 3: won 0, lost 0, tied 3" in done.stdout
+    # The first run against its own results less one task: refused, naming the task only the run has.
+    own = sorted((home / "outputs" / "runs" / "eval").glob("*/evals/eval.jsonl"))  # the two runs' equal files
+    lines = own[0].read_text().splitlines()
+    assert len(own) == 2 and len(lines) == 3
+    fewer = tmp_path / "fewer.jsonl"
+    fewer.write_text("\n".join(lines[:-1]) + "\n")
+    refused = run_agentrl(["compare", first, str(fewer)], home, seed_model=False, check=False)
+    assert refused.process.returncode != 0 and "not on the same tasks (1 only in" in refused.process.stderr
+    assert "Traceback" not in refused.process.stderr
