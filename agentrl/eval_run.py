@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from agentrl.config.sampling import Sampling
+from agentrl.models.lora_folder import is_model_folder
 from agentrl.plan import Plan
 from agentrl.run import dataset_ref, engine_unavailable, job_plan
 from agentrl.tracking.eval_lookup import RunLookupError, final_model_of, looks_like_run_id
@@ -35,11 +36,12 @@ def model_folder(plan: Plan, asked: str | None, tracking_uri: str) -> str:
         return plan.model.path()
     if Path(asked).is_dir():
         folder = Path(asked)
-        # A checkpoint folder (step-NNNNNN/) holds its weights in model/.
-        if not (folder / "config.json").is_file() and (folder / "model" / "config.json").is_file():
+        # A checkpoint folder (step-NNNNNN/) holds its weights in model/ (a LoRA run's: its adapter).
+        if not is_model_folder(folder) and is_model_folder(folder / "model"):
             folder = folder / "model"
-        if not (folder / "config.json").is_file():
-            raise SystemExit(f"agentrl eval: eval.model={asked} holds no Hugging Face model (no config.json)")
+        if not is_model_folder(folder):
+            raise SystemExit(f"agentrl eval: eval.model={asked} holds no Hugging Face model (no config.json) "
+                             "and no LoRA adapter (no adapter_config.json)")
         return str(folder.resolve())
     if looks_like_run_id(asked):
         try:

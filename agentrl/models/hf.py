@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agentrl.models.lora_folder import ADAPTER_WEIGHTS, adapter_base, is_adapter_folder
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 
@@ -23,7 +25,8 @@ def _offline() -> None:
 def local_model(path: str, **_: Any) -> str:
     """Check that `path` is a usable local model folder and return it as an absolute path.
 
-    Usable: a folder with `config.json`, weights, and a tokenizer that loads offline and has a chat template.
+    Usable: a folder with `config.json`, weights, and a tokenizer that loads offline and has a chat template; or a
+    LoRA adapter folder (`adapter_config.json`, its weights and tokenizer) whose base model folder is usable.
     Raises FileNotFoundError or ValueError saying what is missing.
     """
     _offline()
@@ -33,9 +36,17 @@ def local_model(path: str, **_: Any) -> str:
     if not folder.is_dir():
         raise FileNotFoundError(f"model.path={path!r} is not a folder; model=hf takes a local Hugging Face "
                                 "folder (nothing is downloaded)")
-    if not (folder / "config.json").is_file():
+    adapter = is_adapter_folder(folder)  # a LoRA adapter (a LoRA run's final_model): checked with its base
+    if adapter:
+        try:
+            adapter_base(folder)
+        except ValueError as exc:
+            raise ValueError(f"model.path={folder}: {exc}") from exc
+    elif not (folder / "config.json").is_file():
         raise ValueError(f"model.path={folder} has no config.json: not a Hugging Face model folder")
-    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS):
+    if adapter and not (folder / ADAPTER_WEIGHTS).is_file():
+        raise ValueError(f"model.path={folder} is a LoRA adapter folder without {ADAPTER_WEIGHTS}")
+    if not adapter and not any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS):
         raise ValueError(f"model.path={folder} holds no weights (*.safetensors or pytorch_model*.bin)")
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise ValueError(f"model.path={folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)})")

@@ -39,7 +39,8 @@ def final_model_of(tracking_uri: str, run_id: str) -> Path:
     if not run_dir:
         raise RunLookupError(f"run {run_id} has no {RUN_DIR_TAG} tag: it was not logged by an agentrl run")
     folder = Path(run_dir) / "final_model"
-    if not (folder / "config.json").is_file():
+    # A LoRA run's final model is its adapter (adapter_config.json names the base model).
+    if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
         raise RunLookupError(f"run {run_id}: {folder} holds no saved model (a run that trained to the end saves one)")
     return folder
 

@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlparse
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.config.logger import MLflowLoggerConfig
+from agentrl.tracking.adapter_model import is_adapter, log_adapter
 from agentrl.tracking.liveness import (
     FOUND_DEAD_TAG,
     DeadRun,
@@ -341,6 +342,8 @@ class MLflowTracker:
             raise RuntimeError("log_model before start()")
         self._close_traces()  # the trace writer also points MLflow's process-wide URI at this store meanwhile
         model_dir = Path(model_dir)
+        if is_adapter(model_dir):  # a LoRA run's: the adapter and its base's folder, not a copy of the base
+            return log_adapter(self.client, self.experiment_id, self.run_id, model_dir, name)
         try:
             import mlflow
             import mlflow.transformers

@@ -20,6 +20,8 @@ from agentrl.trainers.grpo_math import (
     policy_loss,
     token_logprobs,
 )
+from agentrl.trainers.lora import push as push_weights
+from agentrl.trainers.lora import trainable_parameters
 from agentrl.trainers.lr_schedules import lr_factor, set_lr
 from agentrl.trainers.role_advantages import RoleBaselines, hierarchical_advantages, per_role_advantages
 
@@ -141,12 +143,15 @@ class Learner:
                  clip_low: float | None = None, clip_high: float | None = None, kl_coef: float | None = None,
                  temperature: float = 1.0, micro_batch_samples: int = 8, pad_id: int = 0,
                  algorithm: Algorithm | None = None, steps: int = 1, lr_warmup_steps: int = 0,
-                 lr_schedule: str = "constant", epochs: int = 1, mini_batches: int = 1) -> None:
+                 lr_schedule: str = "constant", epochs: int = 1, mini_batches: int = 1, lora: Any = None) -> None:
         algo = algorithm or Algorithm()
         given = {"clip_low": clip_low, "clip_high": clip_high, "kl_coef": kl_coef}
         self.algorithm = replace(algo, **{k: v for k, v in given.items() if v is not None})
         self.model = model
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.lora = lora  # the `model.lora` settings of a LoRA-wrapped model (what a push sends), else None
+        self.pushed_bytes = 0  # what the last push handed the engine
+        # Under LoRA only the adapter requires grad: AdamW keeps no state for the frozen base.
+        self.optimizer = torch.optim.AdamW(trainable_parameters(model), lr=lr, weight_decay=weight_decay)
         self.base_lr, self.steps = float(lr), int(steps)
         self.lr_warmup_steps, self.lr_schedule = int(lr_warmup_steps), str(lr_schedule)
         lr_factor(1, self.steps, self.lr_warmup_steps, self.lr_schedule)  # a bad schedule fails here, not at step 1
@@ -265,7 +270,7 @@ class Learner:
             for k in keys[1:]:
                 sums[k] += getattr(out, k)
             gap_max = max(gap_max, out.logprob_gap_max)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainable_parameters(self.model), self.grad_clip)
         self.optimizer.step()
         sums["tis_weight_mean"], sums["tis_clipped_frac"] = sums.pop("tis_weight"), sums.pop("tis_clipped")
         sums["logprob_gap_max"] = gap_max
@@ -273,7 +278,8 @@ class Learner:
                                                              "train/tokens": float(total)}
 
     def push(self, engine: Any) -> float:
-        """Copy the policy's weights into the engine; returns the seconds it took."""
+        """Copy the policy's weights into the engine (under LoRA its adapter, or the merged weights:
+        `lora.push`); returns the seconds it took, and keeps the bytes sent in `pushed_bytes`."""
         started = time.monotonic()
-        engine.update_weights({k: v.detach() for k, v in self.model.state_dict().items()})
+        self.pushed_bytes = push_weights(self.model, engine, self.lora)
         return time.monotonic() - started

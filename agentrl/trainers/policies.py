@@ -97,26 +97,30 @@ def main_policy(path: str) -> Policy:
     return Policy(MAIN, path, trainable=True, path=path)
 
 
-def make_learner(t: Any, model: Any, tokenizer: Any) -> Learner:
-    """A `Learner` for `model` with the trainer config `t`'s optimizer and algorithm (loss, advantage, KL, ...)."""
+def make_learner(t: Any, model: Any, tokenizer: Any, lora: Any = None) -> Learner:
+    """A `Learner` for `model` with the trainer config `t`'s optimizer and algorithm (loss, advantage, KL, ...);
+    `lora`: the `model.lora` settings when `model` carries a LoRA adapter."""
     return Learner(model, lr=float(t.lr), weight_decay=float(t.weight_decay), grad_clip=float(t.grad_clip),
                    algorithm=Algorithm.from_config(t), temperature=float(t.temperature),
                    micro_batch_samples=int(t.micro_batch_samples), pad_id=tokenizer.pad_token_id or 0,
                    steps=int(t.steps), lr_warmup_steps=int(t.lr_warmup_steps),
-                   lr_schedule=str(t.lr_schedule), epochs=int(t.epochs), mini_batches=int(t.mini_batches))
+                   lr_schedule=str(t.lr_schedule), epochs=int(t.epochs), mini_batches=int(t.mini_batches),
+                   lora=lora)
 
 
 def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu", model_cfg: Any = None) -> None:
     """Load every trainable policy's model and tokenizer from its `path` onto `device` (in `model.dtype`, with
-    `model.gradient_checkpointing`: `trained_model.py`); give it a learner."""
+    `model.gradient_checkpointing`: `trained_model.py`); give it a learner. Under `model.lora` each trained policy
+    gets an adapter of its own; a frozen one gets none (it is never loaded to train)."""
     from transformers import AutoTokenizer
 
-    from agentrl.trainers.trained_model import load_trained_model
+    from agentrl.trainers.trained_model import load_trained_model, lora_settings
 
     for p in policies:
         if p.trainable:
             p.tokenizer = AutoTokenizer.from_pretrained(p.path)
-            p.learner = make_learner(t, load_trained_model(p.path, model_cfg, device), p.tokenizer)
+            p.learner = make_learner(t, load_trained_model(p.path, model_cfg, device), p.tokenizer,
+                                     lora=lora_settings(model_cfg))
 
 
 # An update's metrics when a policy had nothing to train on (no group passed the filter): zeros, not gaps.

@@ -36,9 +36,30 @@ def prepare_for_training(model: Any, model_cfg: Any) -> Any:
     return model
 
 
+def lora_settings(model_cfg: Any) -> Any:
+    """The `model.lora` settings when LoRA is on, else None."""
+    lora = getattr(model_cfg, "lora", None)
+    return lora if lora is not None and lora.enabled else None
+
+
 def load_trained_model(path: str, model_cfg: Any, device: Any = "cpu") -> Any:
-    """The causal LM at `path` in `model.dtype` on `device`, in eval mode, ready to train (`prepare_for_training`)."""
+    """The causal LM at `path` in `model.dtype` on `device`, in eval mode, ready to train (`prepare_for_training`).
+
+    Under `model.lora` it is wrapped with a LoRA adapter (`lora.py`): a fresh one on a full model folder, or,
+    for an adapter folder (a LoRA warm start or checkpoint), that adapter on its base, trained further. An adapter
+    folder without LoRA is merged into its base and the whole model trained.
+    """
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=train_dtype(model_cfg)).eval().to(device)
-    return prepare_for_training(model, model_cfg)
+    from agentrl.models.lora_folder import adapter_base
+    from agentrl.trainers import lora
+
+    base = adapter_base(path)
+    model = AutoModelForCausalLM.from_pretrained(base or path, dtype=train_dtype(model_cfg)).eval()
+    model = prepare_for_training(model, model_cfg)
+    settings = lora_settings(model_cfg)
+    if base is not None:
+        model = lora.with_adapter(model, path, trainable=settings is not None)
+    elif settings is not None:
+        model = lora.wrap(model, settings)
+    return model.eval().to(device)
