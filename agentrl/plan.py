@@ -90,16 +90,21 @@ class EngineFactory:
     """The `inference` group: makes the engine that serves a given weights folder (one per policy)."""
 
     node: DictConfig
+    # model.lora when the learner pushes adapters (push=adapter): a server engine then launches able to load them.
+    lora: Any = None
 
     def __call__(self, model_path: str) -> Any:
         """A new engine serving the model at `model_path`."""
-        return instantiate(self.node, model_path=model_path)
+        if self.lora is None:
+            return instantiate(self.node, model_path=model_path)
+        # As a partial, so the engine gets the typed LoraConfig itself (instantiate would make kwargs a DictConfig).
+        return instantiate(self.node, model_path=model_path, _partial_=True)(lora=self.lora)
 
     def on_device(self, device: str) -> EngineFactory:
         """This factory with its engines on `device` (a TRL rank's engine beside its own learner's GPU)."""
         node = self.node.copy()
         node.device = device
-        return EngineFactory(node)
+        return EngineFactory(node, self.lora)
 
 
 @dataclass
@@ -164,7 +169,9 @@ def check_model(cfg: DictConfig) -> list[str]:
     if OmegaConf.is_missing(cfg.model, "path"):
         raise PlanError(MISSING_MODEL_PATH)
     factory = resolve_target(cfg.model, "model")
-    if getattr(factory, "builds_on_demand", False) and not (Path(cfg.model.path) / "config.json").is_file():
+    lora = cfg.model.get("lora")
+    if getattr(factory, "builds_on_demand", False) and not (Path(cfg.model.path) / "config.json").is_file() \
+            and not (lora is not None and lora.enabled):  # LoRA's check needs the model: it is made now
         return []  # e.g. the tiny model, made (with agentrl's own template) when first used
     path = build(cfg.model, "model")
     from transformers import AutoTokenizer
@@ -173,9 +180,17 @@ def check_model(cfg: DictConfig) -> list[str]:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        return [check_chat_template(tokenizer, str(cfg.model.tool_format))]
+        notes = [check_chat_template(tokenizer, str(cfg.model.tool_format))]
     except TemplateError as exc:
         raise PlanError(f"model.path={path}: {exc} (docs/models.md, \"The chat template\")") from exc
+    if lora is not None and lora.enabled:
+        from agentrl.trainers.lora import plan_note  # torch loads only once a plan is built
+
+        try:
+            notes.append(plan_note(path, OmegaConf.to_object(lora)))
+        except ValueError as exc:
+            raise PlanError(f"model.path={path}: {exc}") from exc
+    return notes
 
 
 def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path, tracked: bool = False) -> Plan:
@@ -229,7 +244,13 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     tracker = build(cfg.logger, "logger", output_root=settings.paths.output_root) if tracked else None
     return Plan(choices, run_dir, bundle, agent, reward, trainer_cls, notes=notes, resume=resume,
                 settings=settings, sampling=sampling, model=ModelSource(cfg.model),
-                engine_factory=EngineFactory(cfg.inference), tracker=tracker)
+                engine_factory=EngineFactory(cfg.inference, adapter_lora(settings)), tracker=tracker)
+
+
+def adapter_lora(settings: Any) -> Any:
+    """`model.lora` when the engines get adapters pushed (enabled, push=adapter), else None."""
+    lora = settings.model.lora
+    return lora if lora.enabled and lora.push == "adapter" else None
 
 
 def typed_settings(cfg: DictConfig) -> Any:
