@@ -186,6 +186,8 @@ class GRPOTrainer(TrainerBase):
                           step_s=time.monotonic() - began)
         extra = {**lag, **self.plan.bundle.metrics(), **self.plan.reward.metrics()}  # reward: an LLM judge's judge/*
         extra.update(self._async_metrics(step, batch, staleness, times))
+        # Under LoRA (push=adapter) only the adapter goes: the base is never re-sent.
+        extra["time/weight_push_bytes"] = float(sum(p.learner.pushed_bytes for p, items in samples if items))
         stats = StepStats(step, batch, update, times, extra=extra)
         self.history["train/reward"].append((step, stats.reward))
         return stats
