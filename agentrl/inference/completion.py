@@ -15,6 +15,7 @@ GRPO trainer recomputes for its ratio.
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +33,15 @@ class Completion:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str  # "stop" (a stop token was sampled) | "length" (max_tokens or the context ran out)
-    weight_version: int = 0
+    weight_version: int = 0  # the version that sampled the first token (the one staleness is counted from)
     prompt_tokens: int = 0
+    # One version per token: a push in keep mode lands mid-reply, so a reply may span versions. Empty means
+    # every token was sampled by `weight_version` (engines that report one version per reply).
+    token_versions: list[int] = field(default_factory=list)
+
+    def versions(self) -> list[int]:
+        """The version that sampled each token."""
+        return list(self.token_versions) or [self.weight_version] * len(self.token_ids)
 
 
 @dataclass
@@ -47,6 +55,15 @@ class EngineStats:
     decode_steps: int = 0  # forward passes that decode one token for every running sequence
     busy_periods: int = 0  # times the engine went from idle to busy
     max_batch_size: int = 0  # most sequences decoded in one pass
+    kept_pushes: int = 0  # weight updates applied between two decode steps with sequences running (keep mode)
+    resumed_requests: int = 0  # completions whose tokens span more than one weight version
+    idle_s: float = 0.0  # seconds the worker waited with no sequence running (since the engine started)
+    started: float = field(default_factory=time.monotonic)
+
+    def idle_fraction(self) -> float:
+        """Share of the engine's life spent with no sequence running (waiting for work)."""
+        wall = time.monotonic() - self.started
+        return min(1.0, self.idle_s / wall) if wall > 0 else 0.0
 
     @property
     def forward_passes(self) -> int:
@@ -67,6 +84,7 @@ class Request:
     future: concurrent.futures.Future
     out_ids: list[int] = field(default_factory=list)
     out_logprobs: list[float] = field(default_factory=list)
+    out_versions: list[int] = field(default_factory=list)  # the weight version that sampled each token
     cancelled: bool = False
 
 
@@ -81,6 +99,25 @@ def resolve(fut: concurrent.futures.Future, result: Any = None, exc: BaseExcepti
             fut.set_result(result)
     except concurrent.futures.InvalidStateError:  # cancelled by the caller meanwhile
         pass
+
+
+def checked_prompt(prompt_ids: list[int], vocab_size: int, max_context: int, max_tokens: int, temperature: float,
+                   top_p: float) -> list[int]:
+    """The prompt as ints, once the request is known to be valid; ValueError names what is wrong."""
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise ValueError("prompt_ids is empty")
+    if min(prompt) < 0 or max(prompt) >= vocab_size:
+        raise ValueError(f"prompt_ids must lie in [0, {vocab_size}); got {min(prompt)}..{max(prompt)}")
+    if len(prompt) >= max_context:
+        raise ValueError(f"prompt of {len(prompt)} tokens leaves no room in the {max_context}-token context")
+    if int(max_tokens) < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    return prompt
 
 
 def default_stop_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -12,9 +12,14 @@ only hold padding for every remaining row are trimmed.
 Log-probabilities. `Completion.logprobs[i]` is the untruncated `log_softmax(logits / T)[token_i]` of
 the pass that sampled the token (T = 1 when greedy); see `agentrl.inference.completion`.
 
-Weights. `update_weights` stops admitting new requests, lets the running batch finish on the old
-weights, copies the new ones in place, bumps `weight_version`, then admits the queue. Every
-`Completion` is produced under one weight version, reported in `Completion.weight_version`.
+Weights. `update_weights(mode="wait")` stops admitting new requests, lets the running batch finish on
+the old weights, copies the new ones in place, bumps `weight_version`, then admits the queue: every
+`Completion` is then produced under one weight version. `mode="keep"` (partial rollouts) does not
+wait: the new weights are copied in between two decode steps and the running sequences continue on
+them. Their KV cache stays as the old weights computed it (as AReaL's interruptible generation and
+verl's partial rollouts do; recomputing it would cost a prefill per sequence). Each token records
+the version that sampled it (`Completion.token_versions`) and its logprob is that pass's, so
+importance sampling against the behaviour logprobs stays exact per token.
 
 Scheduling lives here; the left-padded batch and sampling are in `agentrl.inference.batch`, and
 `Completion` / `EngineStats` (re-exported here) in `agentrl.inference.completion`.
@@ -36,12 +41,14 @@ from typing import Any
 import torch
 
 from agentrl.config.inference import EmbeddedInferenceConfig as Embedded  # the defaults' one home
+from agentrl.inference.adapter import load_served_model
 from agentrl.inference.batch import DecodeBatch, prefill_inputs, sample_tokens
 from agentrl.inference.completion import (
     Completion,
     EngineStats,
     EngineUnavailable,
     Request,
+    checked_prompt,
     default_stop_ids,
     resolve,
 )
@@ -51,6 +58,7 @@ __all__ = ["Completion", "EmbeddedEngine", "EngineStats", "EngineUnavailable"]
 
 log = logging.getLogger(__name__)
 
+PUSH_MODES = ("wait", "keep")  # update_weights: finish the running batch first | apply between decode steps
 _WAKE = object()  # queue sentinel: wakes an idle worker (a weight update or close is pending)
 
 
@@ -73,7 +81,7 @@ class EmbeddedEngine:
         batch_wait_ms: float = Embedded.batch_wait_ms,
         **_: Any,
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         path = Path(model_path)
         if not path.is_dir():
@@ -86,8 +94,8 @@ class EmbeddedEngine:
         self.max_batch_sequences = int(max_batch_sequences)
         self.batch_wait_s = max(0.0, float(batch_wait_ms)) / 1000.0
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, local_files_only=True).to(self.device).eval()
-        self.model.requires_grad_(False)
+        # A LoRA adapter folder serves its base with the adapter merged in (`inference/adapter.py`).
+        self.model, self._adapter_base = load_served_model(path, self.dtype, self.device)
         # transformers 5.x renamed the cache argument and output field `past_key_values` -> `cache`.
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -104,7 +112,8 @@ class EmbeddedEngine:
 
         self._queue: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
-        self._pending_weights: list[tuple[dict[str, torch.Tensor], concurrent.futures.Future]] = []
+        # (state, future, keep): keep=True may be applied while sequences run (partial rollouts)
+        self._pending_weights: list[tuple[dict[str, torch.Tensor], concurrent.futures.Future, bool]] = []
         self._closed = False
         self.failure: EngineUnavailable | None = None  # why the engine no longer serves (crash or close)
         self.stopped = threading.Event()  # set once the worker has exited and failed every pending request
@@ -132,19 +141,7 @@ class EmbeddedEngine:
 
         Raises ValueError for a bad request and `EngineUnavailable` once the engine is closed or dead.
         """
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise ValueError("prompt_ids is empty")
-        if min(prompt) < 0 or max(prompt) >= self.vocab_size:
-            raise ValueError(f"prompt_ids must lie in [0, {self.vocab_size}); got {min(prompt)}..{max(prompt)}")
-        if len(prompt) >= self.max_context:
-            raise ValueError(f"prompt of {len(prompt)} tokens leaves no room in the {self.max_context}-token context")
-        if int(max_tokens) < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        prompt = checked_prompt(prompt_ids, self.vocab_size, self.max_context, max_tokens, temperature, top_p)
         stops = frozenset(int(s) for s in (stop_ids or ())) | (frozenset() if ignore_eos else self.default_stop_ids)
         gen = None
         if seed is not None:
@@ -202,22 +199,34 @@ class EmbeddedEngine:
             raise
 
     def update_weights(
-        self, source: Mapping[str, torch.Tensor] | str | Path, *, timeout: float | None = None
+        self, source: Mapping[str, torch.Tensor] | str | Path, *, timeout: float | None = None,
+        mode: str = "wait",
     ) -> int:
         """Replace the weights in place; blocks until applied and returns the new `weight_version`.
 
         `source` is a state dict (a subset of the model's keys is fine) or a folder/file of
-        safetensors (or torch .bin) weights. The running batch finishes on the old weights first.
+        safetensors (or torch .bin) weights. `mode="wait"`: the running batch finishes on the old
+        weights first; `mode="keep"`: applied between two decode steps, running sequences go on.
         """
+        if mode not in PUSH_MODES:
+            raise ValueError(f"update_weights: mode must be one of {', '.join(PUSH_MODES)}, got {mode!r}")
         state = load_state_dict(source) if isinstance(source, str | Path) else dict(source)
         state = validate_state_dict(self.model, state, self.device, self.dtype)
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             if self._closed:
                 raise self.failure or EngineUnavailable("EmbeddedEngine is closed")
-            self._pending_weights.append((state, fut))
+            self._pending_weights.append((state, fut, mode == "keep"))
         self._queue.put(_WAKE)
         return fut.result(timeout=timeout)
+
+    def update_adapter(self, adapter: Mapping[str, torch.Tensor], lora: Any, *, timeout: float | None = None,
+                       mode: str = "wait") -> int:
+        """Serve the base with LoRA `adapter` (PEFT's tensor names; `lora`: its `model.lora` settings, rank and
+        alpha) in place of the previous adapter: `update_weights` of the merged weights, computed here so the
+        caller sends only the adapter. Returns the new `weight_version`."""
+        merged = self._adapter_base.merged(self.model, adapter, float(lora.alpha) / int(lora.rank))
+        return self.update_weights(merged, timeout=timeout, mode=mode)
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop the worker; requests still queued or running fail with RuntimeError."""
@@ -265,7 +274,7 @@ class EmbeddedEngine:
             self._closed = True
             self.failure = self.failure or exc
             pending, self._pending_weights = self._pending_weights, []
-        for _, fut in pending:
+        for _, fut, _ in pending:
             if not fut.done():
                 fut.set_exception(exc)
         for req in admitted + self._batch.reqs:
@@ -282,6 +291,8 @@ class EmbeddedEngine:
     def _admit(self) -> list[Request] | None:
         """New requests to prefill now; None when the engine is closed and idle."""
         if self._batch:
+            if self._pending_weights and all(keep for _, _, keep in self._pending_weights):
+                self._apply_pending_weights(running=True)  # between two decode steps: the rows go on
             if self._pending_weights or self._closed:
                 return []  # drain the running batch before swapping weights or stopping
             return self._drain(self.max_batch_sequences - len(self._batch))
@@ -289,7 +300,9 @@ class EmbeddedEngine:
         self._apply_pending_weights()
         if self._closed:
             return None
+        waited = time.monotonic()
         first = self._queue.get()
+        self.stats.idle_s += time.monotonic() - waited
         if first is _WAKE:
             return []
         batch = [first]
@@ -322,17 +335,18 @@ class EmbeddedEngine:
             out.append(item)
         return out
 
-    def _apply_pending_weights(self) -> None:
+    def _apply_pending_weights(self, running: bool = False) -> None:
         with self._lock:
             pending, self._pending_weights = self._pending_weights, []
         if not pending:
             return
         params = self.model.state_dict()
-        for state, fut in pending:
+        for state, fut, _ in pending:
             try:
                 for name, tensor in state.items():
                     params[name].copy_(tensor)
                 self.weight_version += 1
+                self.stats.kept_pushes += int(running)
                 fut.set_result(self.weight_version)
             except Exception as exc:  # a bad update fails its caller, not the engine
                 fut.set_exception(exc)
@@ -387,6 +401,8 @@ class EmbeddedEngine:
 
     def _sample(self, logits: torch.Tensor, reqs: list[Request]) -> torch.Tensor:
         tokens = sample_tokens(logits, reqs, self._rng)
+        for r in reqs:
+            r.out_versions.append(self.weight_version)
         self.stats.tokens_generated += len(reqs)
         return tokens
 
@@ -403,7 +419,9 @@ class EmbeddedEngine:
                 resolve(r.future, exc=asyncio.CancelledError())
             elif reason is not None:
                 self.stats.requests += 1
-                done = Completion(r.out_ids, r.out_logprobs, reason, self.weight_version, len(r.prompt_ids))
+                self.stats.resumed_requests += int(r.out_versions[0] != r.out_versions[-1])
+                done = Completion(r.out_ids, r.out_logprobs, reason, r.out_versions[0], len(r.prompt_ids),
+                                  token_versions=r.out_versions)
                 resolve(r.future, done)
             else:
                 keep.append(i)

@@ -14,6 +14,9 @@ class Sample:
     `loss_mask[i]` is 1 exactly where the model sampled `token_ids[i]`; `rollout_logprobs[i]` is that
     token's sampling logprob, log_softmax(logits / T), and 0.0 wherever the mask is 0.
     `turn_boundaries` holds one `(start, end)` slice of `token_ids` per model turn.
+    `metadata` (from `assemble_sample`): `weight_versions` (per turn, the version of its first token),
+    `first_weight_version` (the sample's first sampled token's: staleness counts from it) and
+    `resumed_turns` (turns sampled by more than one version: a push in keep mode landed inside them).
     """
 
     token_ids: list[int]
@@ -33,6 +36,11 @@ class Sample:
     def response_length(self) -> int:
         """Tokens from the first model turn to the end (model tokens and everything between them)."""
         return len(self.token_ids) - self.prompt_length
+
+
+def is_resumed(sample: Sample) -> bool:
+    """Whether a push in keep mode landed inside one of the sample's turns (a resumed partial rollout)."""
+    return int(sample.metadata.get("resumed_turns", 0)) > 0
 
 
 def _turn(record: dict[str, Any], i: int) -> tuple[list[int], list[int], list[float], dict[str, Any]]:
@@ -64,6 +72,7 @@ def assemble_sample(session_records: list[dict[str, Any]] | dict[str, Any], *, r
     bounds: list[tuple[int, int]] = []
     finish: list[str] = []
     versions: list[Any] = []
+    resumed = 0  # turns whose tokens were sampled by more than one weight version (a push in keep mode)
     for i, record in enumerate(records):
         prompt, out, lps, choice = _turn(record, i)
         if prompt[: len(tokens)] != tokens:
@@ -75,7 +84,11 @@ def assemble_sample(session_records: list[dict[str, Any]] | dict[str, Any], *, r
         logprobs += [0.0] * len(added) + lps
         bounds.append((len(tokens) - len(out), len(tokens)))
         finish.append(choice.get("finish_reason"))
-        versions.append(choice["meta_info"].get("weight_version"))
-    meta = {"finish_reasons": finish, "weight_versions": versions, "num_turns": len(records)}
+        version = choice["meta_info"].get("weight_version")
+        versions.append(version)
+        per_token = choice["meta_info"].get("token_weight_versions") or [version] * len(out)
+        resumed += int(len(set(per_token)) > 1)
+    meta = {"finish_reasons": finish, "weight_versions": versions, "num_turns": len(records),
+            "first_weight_version": versions[0], "resumed_turns": resumed}
     meta.update(metadata or {})
     return Sample(tokens, mask, logprobs, reward, group_id, meta, bounds)

@@ -322,12 +322,19 @@ def _response(completion: Any, tokenizer: Any, prompt: list[int], cached: int, m
                 "prompt_tokens": len(prompt),
                 "cached_tokens": cached,
                 "weight_version": getattr(completion, "weight_version", 0),
+                "token_weight_versions": _token_versions(completion),
                 "tool_call_errors": errors,
             },
         }],
         "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids), "total_tokens": len(prompt) + len(ids)},
     }
     return response, message
+
+
+def _token_versions(completion: Any) -> list[int]:
+    """The version that sampled each output token (a push in keep mode may land mid-reply)."""
+    versions = getattr(completion, "token_versions", None)
+    return list(versions) if versions else [getattr(completion, "weight_version", 0)] * len(completion.token_ids)
 
 
 def _session_metadata(session: Session, tokenizer: Any) -> dict[str, Any]:
