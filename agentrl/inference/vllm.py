@@ -16,6 +16,13 @@ Faults. A watcher asks every server's `/health` each `health_every_s` and watche
 server sets `failure` (the session server's `/health` then answers 503 naming it, and the run's breaker stops
 the run) unless `restart`, which starts it again on the same port with the current weights; calls cut by the
 death wait for the restart and are sent again, so no rollout is lost.
+
+LoRA. Built with `lora` (the run's `model.lora`, push=adapter), launched servers serve adapters (`--enable-lora`,
+VLLM_ALLOW_RUNTIME_LORA_UPDATING). `update_adapter(peft_state_dict, lora)` saves only the adapter as a PEFT folder,
+loads it on every server under a new name per version (`/v1/load_lora_adapter`; the old one is then unloaded, and
+no prefix-cache entry of it is reused: vLLM keys the cache by adapter), and routes every later call to it (the
+generate body's `model`); the version is set and read back as for a full push. The base is never re-sent. A model
+folder that is an adapter folder (a LoRA run's warm start or checkpoint) serves its base with that adapter.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from typing import Any
 
 from agentrl.config.inference import VLLMInferenceConfig as V  # the defaults' one home
 from agentrl.inference.completion import Completion, EngineUnavailable
+from agentrl.inference.remote_adapters import adapter_folder, folder_bytes
+from agentrl.inference.remote_adapters import made_here as adapter_made_here
 from agentrl.inference.remote_engine import Admission, LoopClients, made_here, weights_folder
 from agentrl.inference.vllm_servers import (
     ServerProcess,
@@ -96,10 +105,15 @@ class VLLMEngine:
                  weights_dir: str | None = None, launch_timeout: float = V.launch_timeout,
                  request_timeout: float = V.request_timeout, health_every_s: float = V.health_every_s,
                  restart: bool = V.restart, extra_args: list[str] | tuple[str, ...] = (), seeded: bool = V.seeded,
-                 log_dir: str | Path | None = None, **_: Any) -> None:
+                 log_dir: str | Path | None = None, lora: Any = None, **_: Any) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
-        self.model_path = Path(model_path)
+        from agentrl.models.lora_folder import adapter_base
+
+        # An adapter folder (a LoRA run's warm start or checkpoint) is served as its base plus that adapter.
+        base = adapter_base(model_path)
+        start_adapter = Path(model_path) if base else None
+        self.model_path = Path(base or model_path)
         if not self.model_path.is_dir():
             raise FileNotFoundError(f"VLLMEngine: model folder {self.model_path} does not exist (the session server "
                                     f"renders chats with its tokenizer, also when the servers run elsewhere)")
@@ -116,6 +130,9 @@ class VLLMEngine:
         self.restarts = 0
         self._weights_root = Path(weights_dir) if weights_dir else None
         self._weights: Path | None = None  # the folder every server holds (None: the model folder)
+        self.lora = lora  # model.lora when adapters are pushed (launched servers then serve them)
+        self._adapter: tuple[str, Path] | None = None  # (name, folder) of the adapter every call goes to
+        self.last_push_bytes = 0  # what the last push wrote for the servers to read: the adapter's, or the model's
         self._gate = Admission([], "VLLMEngine")
         self._clients = LoopClients(self.request_timeout)
         self._servers: dict[str, ServerProcess] = {}
@@ -131,6 +148,11 @@ class VLLMEngine:
             self.urls = self._launch(num_servers, base_port, vllm_python(python), dtype, enforce_eager,
                                      max_model_len, kv_cache_gib, server_env or {}, extra_args, log_dir)
         self._gate.in_flight = dict.fromkeys(self.urls, 0)
+        if start_adapter is not None:
+            name = "agentrl-lora-v0"
+            for url in self.urls:
+                self._load_adapter(url, name, start_adapter, None)
+            self._adapter = (name, start_adapter)
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="agentrl-vllm-watch", daemon=True)
         self._watcher.start()
@@ -147,12 +169,13 @@ class VLLMEngine:
                 extra_args: Any, log_dir: str | Path | None) -> list[str]:
         logs = Path(log_dir or tempfile.mkdtemp(prefix="agentrl-vllm-"))
         logs.mkdir(parents=True, exist_ok=True)
-        env = server_env(kv_cache_gib, extra_env)
+        env = server_env(kv_cache_gib, extra_env, lora=self.lora is not None)
         for i in range(int(n)):
             port = base_port + i if base_port else free_port()
             url = f"http://127.0.0.1:{port}"
             argv = launch_command(python, self.model_path, port, dtype=dtype, enforce_eager=enforce_eager,
-                                  max_model_len=max_model_len, extra_args=list(extra_args))
+                                  max_model_len=max_model_len, lora_rank=self.lora.rank if self.lora else 0,
+                                  extra_args=list(extra_args))
             self._servers[url] = ServerProcess(argv, env, url, logs / f"vllm-{i}.log")
         try:
             for server in self._servers.values():
@@ -200,13 +223,14 @@ class VLLMEngine:
             wait_healthy([server], self.launch_timeout)
             self.restarts += 1
             while True:  # a push that ran meanwhile skipped this server: load whatever is current when done
-                folder, version = self._weights, self.weight_version
-                if folder is None:
-                    self._set_version(server.url, version)  # it started from the model folder: version 0
-                else:
+                folder, version, adapter = self._weights, self.weight_version, self._adapter
+                if folder is not None:
                     self._load(server.url, folder, version)
+                if adapter is not None:
+                    self._load_adapter(server.url, *adapter, None)
+                self._set_version(server.url, version)  # a fresh start from the model folder: version 0
                 with self._gate.cond:
-                    if (folder, version) == (self._weights, self.weight_version):
+                    if (folder, version, adapter) == (self._weights, self.weight_version, self._adapter):
                         self._gate.down.discard(server.url)
                         self._gate.cond.notify_all()
                         break
@@ -241,6 +265,8 @@ class VLLMEngine:
             seed if self.seeded else None, ignore_eos)}
         while True:
             url = await self._gate.acquire()
+            if self._adapter is not None:  # read once admitted: only a push (admission closed) changes it
+                body["model"] = self._adapter[0]
             try:
                 response = await self._clients.get().post(f"{url}/inference/v1/generate", json=body)
             except httpx.TransportError as exc:
@@ -274,9 +300,42 @@ class VLLMEngine:
             for f in [pool.submit(self._load, u, folder, version) for u in self.urls if u not in self._gate.down]:
                 f.result()
         old, self._weights, self.weight_version = self._weights, folder, version
+        self.last_push_bytes = folder_bytes(folder)
         if old != folder and made_here(old):
             shutil.rmtree(old, ignore_errors=True)
         return version
+
+    def update_adapter(self, adapter: Mapping[str, Any], lora: Any, *, timeout: float | None = None,
+                       **_: Any) -> int:
+        """Push a LoRA adapter (`peft.get_peft_model_state_dict`, of `lora`'s rank) to every server, the base
+        untouched; later calls sample with it. Returns the new weight version, read back from each server."""
+        if self.lora is None and self._servers:
+            raise VLLMError("update_adapter: these vLLM servers were launched without LoRA (the engine was built "
+                            "without model.lora: set model.lora.enabled=true with model.lora.push=adapter)")
+        folder = adapter_folder(adapter, lora, self.model_path, self._weights_root)
+        version = self.weight_version + 1
+        name, old = f"agentrl-lora-v{version}", self._adapter
+        try:
+            with self._gate.paused(timeout), concurrent.futures.ThreadPoolExecutor(len(self.urls)) as pool:
+                up = [u for u in self.urls if u not in self._gate.down]
+                for f in [pool.submit(self._load_adapter, u, name, folder, old[0] if old else None) for u in up]:
+                    f.result()
+                for f in [pool.submit(self._set_version, u, version) for u in up]:
+                    f.result()
+                self._adapter, self.weight_version = (name, folder), version
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self.last_push_bytes = folder_bytes(folder)
+        if old is not None and adapter_made_here(old[1]):
+            shutil.rmtree(old[1], ignore_errors=True)
+        return version
+
+    def _load_adapter(self, url: str, name: str, folder: Path, old: str | None) -> None:
+        """Load the adapter in `folder` as `name` on one server, then unload `old` (a server holds one)."""
+        self._post(url, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)})
+        if old is not None and old != name:
+            self._post(url, "/v1/unload_lora_adapter", {"lora_name": old})
 
     def _post(self, url: str, path: str, payload: dict[str, Any] | None = None) -> Any:
         import httpx
@@ -285,7 +344,10 @@ class VLLMEngine:
         if r.status_code != 200:
             hint = " (was it started with VLLM_SERVER_DEV_MODE=1?)" if r.status_code == 404 else ""
             raise VLLMError(f"{url}{path} answered {r.status_code}{hint}: {r.text[:300]}")
-        return r.json() if r.content else None
+        if not r.content:
+            return None
+        # The adapter routes answer plain text ("Success: ..."), the RL routes JSON.
+        return r.json() if r.headers.get("content-type", "").startswith("application/json") else r.text
 
     def _load(self, url: str, folder: Path, version: int) -> None:
         """Reload `folder` in place on one server, drop its prefix cache, set `version` and read it back."""
@@ -317,6 +379,8 @@ class VLLMEngine:
         self._stop_servers()
         if made_here(self._weights):
             shutil.rmtree(self._weights, ignore_errors=True)
+        if self._adapter is not None and adapter_made_here(self._adapter[1]):
+            shutil.rmtree(self._adapter[1], ignore_errors=True)
 
     def __enter__(self) -> VLLMEngine:
         return self

@@ -15,6 +15,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from agentrl.inference.remote_adapters import vllm_lora_rank
+
 DEFAULT_VENV = Path.home() / ".cache" / "agentrl" / "vllm-venv"
 PYTHON_ENV = "AGENTRL_VLLM_PYTHON"  # scripts/install_vllm.sh's last line; scripts/test.sh exports it
 LOG_TAIL_CHARS = 3000
@@ -47,8 +49,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def launch_command(python: str, model_path: str | Path, port: int, *, host: str = "127.0.0.1",
                    dtype: str = "float32", enforce_eager: bool = True, max_model_len: int | None = None,
-                   extra_args: Sequence[str] = ()) -> list[str]:
-    """argv of one server. Its logprobs are `processed_logprobs` (after temperature): the learner's convention."""
+                   lora_rank: int = 0, extra_args: Sequence[str] = ()) -> list[str]:
+    """argv of one server. Its logprobs are `processed_logprobs` (after temperature): the learner's convention.
+    `lora_rank` > 0: it serves LoRA adapters up to that rank (one at a time: a push replaces the last)."""
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path), "--host", host,
             "--port", str(port), "--dtype", dtype, "--logprobs-mode", "processed_logprobs",
             "--enable-scale-out", "--disable-uvicorn-access-log"]  # scale-out: /inference/v1/generate
@@ -56,12 +59,17 @@ def launch_command(python: str, model_path: str | Path, port: int, *, host: str 
         argv.append("--enforce-eager")
     if max_model_len:
         argv += ["--max-model-len", str(int(max_model_len))]
+    if lora_rank > 0:
+        argv += ["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(lora_rank)), "--max-loras", "1"]
     return [*argv, *map(str, extra_args)]
 
 
-def server_env(kv_cache_gib: int = 1, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a launched server: this one's, plus the RL routes and the CPU build's KV cache size."""
+def server_env(kv_cache_gib: int = 1, extra: Mapping[str, str] | None = None, lora: bool = False) -> dict[str, str]:
+    """The environment of a launched server: this one's, plus the RL routes and the CPU build's KV cache size
+    (`lora`: and the runtime adapter routes, /v1/load_lora_adapter and /v1/unload_lora_adapter)."""
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": str(int(kv_cache_gib))}
+    if lora:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     # agentrl's venv must not leak into vLLM's (its own site-packages hold a different transformers).
     env.pop("PYTHONPATH", None)
     env.pop("VIRTUAL_ENV", None)
