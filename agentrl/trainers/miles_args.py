@@ -19,6 +19,7 @@ from agentrl.config.inference import SGLangInferenceConfig, VLLMInferenceConfig
 from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import MilesTrainerConfig, miles_algorithm_problem
 from agentrl.trainers.miles_hooks import AGENT_FUNCTION_ENV, DROP_NO_SIGNAL_ENV, MAX_DROPS_ENV
+from agentrl.trainers.miles_lora import lora_args, lora_problem
 from agentrl.trainers.miles_rubric import launch_reward
 from agentrl.trainers.resume import resume_mode
 
@@ -198,6 +199,8 @@ def check_config(settings: RunConfig) -> None:
         raise MilesConfigError("inference.urls names vLLM servers (inference=vllm); trainer=miles drives SGLang "
                                "engines only: choose inference=sglang with inference.urls=[...] (or drop the urls)")
     tool_call_parser(settings)
+    if problem := lora_problem(settings):
+        raise MilesConfigError(problem)
 
 
 def rollout_gpus(settings: RunConfig) -> int:
@@ -342,6 +345,7 @@ def build_argv(settings: RunConfig, ctx: LaunchContext, *, model_args: list[str]
           "--eps-clip", str(t.clip_low), "--eps-clip-high", str(t.clip_high), "--entropy-coef", "0",
           "--optimizer", "adam", "--lr", str(t.lr), "--lr-decay-style", "constant",
           "--weight-decay", str(t.weight_decay), "--adam-beta1", "0.9", "--adam-beta2", "0.98"]
+    a += lora_args(settings)
     if t.kl_coef > 0:
         a += ["--use-kl-loss", "--kl-loss-coef", str(t.kl_coef), "--kl-loss-type", t.kl_loss_type]
     # Metrics into this run's MLflow run (the launcher attaches instead of opening a new one).
