@@ -33,6 +33,7 @@ from agentrl.trainers.demonstrations import demonstration_data, role_demonstrati
 from agentrl.trainers.eval_results import EvalSink
 from agentrl.trainers.evaluate import evaluate
 from agentrl.trainers.forward import first_loss_column, next_token_logits
+from agentrl.trainers.lora import trainable_parameters
 from agentrl.trainers.protocol import TrainerBase
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,9 @@ def sft_checkpoint_path(run: RunConfig, settings: SFTSettings, bundle: Any, agen
         parts.append(f"generated={settings.generated}")
     if run.model.dtype != "float32":  # likewise: float32 folders keep their names
         parts.append(f"dtype={run.model.dtype}")
+    if run.model.lora.enabled:  # a LoRA warm start is an adapter folder: never the full one's (what it trains)
+        lora = run.model.lora
+        parts.append(f"lora={lora.rank},{lora.alpha},{lora.dropout},{','.join(lora.target_modules)}")
     label = Path(str(env.bundle)).name
     if role_demonstrations(agent):
         # Only role-aware warm starts get the extra part: the tool-calling agent's folders keep their names.
@@ -138,7 +142,8 @@ def train_sft(model: Any, tokenizer: Any, data: Sequence[tuple[list[int], list[i
     if not data:
         raise ValueError("SFT has no demonstrations to train on")
     rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    params = trainable_parameters(model)  # under LoRA, the adapter's only
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     sched = lr_schedule(opt, steps, warmup_steps)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     model.train()
@@ -148,7 +153,7 @@ def train_sft(model: Any, tokenizer: Any, data: Sequence[tuple[list[int], list[i
         loss = sft_loss(model, batch, pad)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
         loss_value = float(loss.detach())
@@ -182,6 +187,7 @@ class SFTTrainer(TrainerBase):
         metrics = run_sft(plan, self.output_dir, t, eval_every=t.eval_every, tracker=self.tracker)
         started = time.monotonic()
         services = start_services(plan, str(self.output_dir))
+        services.runner.traces = self.tracker  # every eval play is traced, as under GRPO
         sink = EvalSink(self.tracker, Path(plan.run_dir))  # evals/eval-step-<n>.jsonl, as GRPO's
         try:
             final, _ = evaluate(services, plan.bundle, run.env.eval_split, limit=t.eval_limit,
@@ -210,8 +216,9 @@ def run_sft(plan: Any, output_dir: Path, settings: SFTSettings, *, eval_every: i
     `time/train_total_s` and `time/eval_total_s` (the evaluations during training).
 
     With a tracker, the loss is logged every 10 steps and (when `eval_every` > 0) `eval/*` from played
-    episodes every `eval_every` steps: as `sft/loss` and `eval/*`, or with a `prefix` as `<prefix>/loss` and
-    `<prefix>/eval/*` (GRPO's warm start logs under `warm_start` in the GRPO run).
+    episodes every `eval_every` steps (their per-task files `evals/eval-step-<n>.jsonl`, their plays traced): as
+    `sft/loss` and `eval/*`, or with a `prefix` as `<prefix>/loss` and `<prefix>/eval/*` (GRPO's warm start
+    logs under `warm_start` in the GRPO run).
     """
     from transformers import AutoTokenizer
 
@@ -251,12 +258,14 @@ def run_sft(plan: Any, output_dir: Path, settings: SFTSettings, *, eval_every: i
         eval_started = time.monotonic()
         save_hf_folder(model, tokenizer, output_dir)
         services = start_services(plan, str(output_dir))
+        services.runner.traces = tracker
         try:
             m, _ = evaluate(services, plan.bundle, run.env.eval_split, limit=run.trainer.eval_limit,
-                            sampling=plan.sampling, seed_parts=(run.seed, step), step=step)
+                            sampling=plan.sampling, seed_parts=(run.seed, step), prefix=f"{prefix}/eval" if prefix
+                            else "eval", step=step, sink=EvalSink(tracker, Path(plan.run_dir)))
         finally:
             services.close()
-        tracker.log({f"{prefix}/{k}" if prefix else k: v for k, v in m.items()}, step=step_offset + step)
+        tracker.log(m, step=step_offset + step)
         last["eval_s"] += time.monotonic() - eval_started
 
     train_sft(model, tokenizer, data, steps=steps, lr=settings.lr, batch_samples=settings.batch_samples,

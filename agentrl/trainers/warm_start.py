@@ -3,7 +3,8 @@ start (made on demand under `paths.checkpoint_dir/sft`, keyed by its settings, a
 for the same one).
 
 A warm start made in a run is visible in that run's tracker: its loss curve (`warm_start/loss`), one eval of the
-result (`warm_start/eval/*`, played as GRPO plays its evals) and its wall time (`time/warm_start_total_s`). The
+result (`warm_start/eval/*`, played as GRPO plays its evals, its per-task file `evals/warm_start-eval-step-<n>.jsonl`
+and its traces) and its wall time (`time/warm_start_total_s`). The
 tag `agentrl.warm_start` names the folder the run started from, and `agentrl.warm_start.reused` says whether a
 cached one was reused.
 """
@@ -52,6 +53,7 @@ def warm_start_path(plan: Any, tracker: Any = None) -> str:
     """The folder training starts from: `trainer.warm_start.checkpoint`, the SFT result (made if missing), or
     the base model (the plan's model source) when the warm start is off. With a tracker, a warm start made here
     is logged to it."""
+    from agentrl.models.lora_folder import is_model_folder
     from agentrl.trainers.sft import role_demonstrations, run_sft, sft_checkpoint_path
 
     ws = plan.settings.trainer.warm_start
@@ -63,7 +65,7 @@ def warm_start_path(plan: Any, tracker: Any = None) -> str:
         _tag(tracker, ws.checkpoint, reused=True)
         return str(ws.checkpoint)
     path = sft_checkpoint_path(plan.settings, ws, plan.bundle, plan.agent)
-    if (path / "config.json").is_file():
+    if is_model_folder(path):  # a full model, or under model.lora an adapter folder
         print(f"warm start: reusing {path}", flush=True)
         _tag(tracker, path, reused=True)
         return str(path)
@@ -72,23 +74,27 @@ def warm_start_path(plan: Any, tracker: Any = None) -> str:
     started = time.monotonic()
     run_sft(plan, path, ws, tracker=tracker, prefix=PREFIX)
     if tracker is not None:
-        metrics = _evaluate(plan, path)
+        metrics = _evaluate(plan, path, tracker)
         metrics["time/warm_start_total_s"] = time.monotonic() - started
         tracker.log(metrics, step=ws.steps)
     _tag(tracker, path, reused=False)
     return str(path)
 
 
-def _evaluate(plan: Any, path: Path) -> dict[str, float]:
-    """`warm_start/eval/*`: the warm start's model played on the eval split, sampled as the trainer samples."""
+def _evaluate(plan: Any, path: Path, tracker: Any) -> dict[str, float]:
+    """`warm_start/eval/*`: the warm start's model played on the eval split, sampled as the trainer samples; its
+    per-task results go to `evals/warm_start-eval-step-<steps>.jsonl` and its plays to the run's traces."""
+    from agentrl.trainers.eval_results import EvalSink
     from agentrl.trainers.evaluate import evaluate
     from agentrl.trainers.services import start_services
 
     run = plan.settings
     services = start_services(plan, str(path))
+    services.runner.traces = tracker
     try:
         metrics, _ = evaluate(services, plan.bundle, run.env.eval_split, limit=run.trainer.eval_limit,
-                              sampling=plan.sampling, seed_parts=(run.seed, PREFIX), prefix=f"{PREFIX}/eval")
+                              sampling=plan.sampling, seed_parts=(run.seed, PREFIX), prefix=f"{PREFIX}/eval",
+                              step=run.trainer.warm_start.steps, sink=EvalSink(tracker, Path(plan.run_dir)))
     finally:
         services.close()
     return metrics
