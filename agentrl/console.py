@@ -54,8 +54,10 @@ def quiet_console() -> None:
         hf_logging.disable_progress_bar()
     except ImportError:  # pragma: no cover - transformers is a dependency
         pass
-    # One INFO line per request (every chat turn, every session) would drown the progress bars.
+    # One INFO line per request (every chat turn, every session) would drown the progress bars; an MCP env the
+    # run serves logs one per request too ("Processing request of type ListToolsRequest", every episode).
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("mcp.server").setLevel(logging.WARNING)
 
 
 def _file_handlers() -> list[logging.Handler]:
