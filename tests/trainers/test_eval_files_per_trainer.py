@@ -1,0 +1,95 @@
+"""Training's own evals write the per-task results file `agentrl eval` writes, under every trainer: short real CLI
+runs (tiny model, GridSim) of `trainer=trl` (one process and two), `trainer=sft`, and the warm start a TRL or GRPO
+run makes. Each file is read back from the run folder and from MLflow; its mean task score is the logged
+`eval/reward` of its step. The TRL runs also trace their plays: every eval play and (with
+`logger.trace_train_fraction=1`) every training play, with the real tool calls and the env's answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentrl.testing.cli import CliRun, run_agentrl
+from agentrl.trainers.eval_results import read_results, task_score
+
+TINY = ["agent.max_response_tokens=24", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+        "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024", "trainer.eval_limit=2"]
+TRL = ["+recipe=gridsim_grpo", "trainer=trl", *TINY, "trainer.steps=1", "trainer.prompts_per_step=2",
+       "trainer.samples_per_prompt=2", "trainer.eval_every=1", "trainer.checkpoint_every=0",
+       "trainer.warm_start.steps=2", "trainer.warm_start.batch_samples=2", "trainer.warm_start.augment=0",
+       "logger.trace_train_fraction=1"]
+SFT = ["+recipe=gridsim_sft", *TINY, "trainer.steps=2", "trainer.batch_samples=2", "trainer.augment=0",
+       "trainer.eval_every=1"]
+
+
+def _metric_at(run: CliRun, key: str, step: int) -> float:
+    """The last value of `key` logged at `step`."""
+    history = [m for m in run.client().get_metric_history(run.mlflow_run().info.run_id, key) if m.step == step]
+    assert history, f"{key} was not logged at step {step}"
+    return max(history, key=lambda m: m.timestamp).value
+
+
+def _check_eval_file(run: CliRun, name: str, metric: str, step: int) -> list[dict[str, Any]]:
+    """The per-task file `evals/<name>.jsonl`: in the run folder and, identical, in MLflow with its table; one
+    scored sample per task; its mean task score the logged `metric` at `step`."""
+    local = run.run_dir() / "evals" / f"{name}.jsonl"
+    records = read_results(local)
+    assert len(records) == 2 and len({r["task_id"] for r in records}) == 2  # trainer.eval_limit=2 tasks
+    assert all(r["task_id"] and r["step"] == step for r in records)
+    assert all(len(r["samples"]) == 1 and "completion_tokens" in r["samples"][0] for r in records)
+    client, run_id = run.client(), run.mlflow_run().info.run_id
+    logged = {a.path for a in client.list_artifacts(run_id, "evals")}
+    assert {f"evals/{name}.jsonl", f"evals/{name}_table.json"} <= logged, logged
+    copy = Path(client.download_artifacts(run_id, f"evals/{name}.jsonl", str(run.home / "downloads")))
+    assert read_results(copy) == records
+    mean = sum(task_score(r) for r in records) / len(records)
+    assert mean == pytest.approx(_metric_at(run, metric, step), abs=1e-9), name
+    return records
+
+
+def _check_traces(run: CliRun, splits: dict[str, set[str]]) -> None:
+    """The run's traces, read back through MLflow: at each split's steps, each with its play's tool calls and
+    the env's answers."""
+    client, mlflow_run = run.client(), run.mlflow_run()
+    traces = list(client.search_traces(locations=[mlflow_run.info.experiment_id], run_id=mlflow_run.info.run_id,
+                                       max_results=500))
+    seen: dict[str, set[str]] = {}
+    answered = 0
+    for trace in traces:
+        seen.setdefault(trace.info.tags["split"], set()).add(trace.info.tags["step"])
+        assert trace.info.tags["task_id"] and trace.info.tags["roles"] == "agent"
+        turns = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
+        assert turns and [m["role"] for m in turns[0].inputs["messages"]][:2] == ["system", "user"]
+        for call in (s for s in trace.data.spans if s.span_type == "TOOL"):
+            assert call.parent_id in {t.span_id for t in turns}
+            answered += bool(call.outputs.get("answer") or call.outputs.get("scores"))
+    for split, steps in splits.items():
+        assert seen.get(split) == steps, f"{split}: traced at {seen.get(split)}, expected {steps}"
+    assert answered > 0, "no traced tool call holds an env answer"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [1, 2])
+def test_trl_evals_write_per_task_files_and_trace_their_plays(processes: int, tmp_path: Path) -> None:
+    run = run_agentrl([*TRL, f"trainer.num_processes={processes}"], tmp_path / "home")
+    for name, metric, step in (("eval-step-0", "eval/reward", 0), ("eval-step-1", "eval/reward", 1),
+                               ("eval_greedy-step-1", "eval_greedy/reward", 1),
+                               ("warm_start-eval-step-2", "warm_start/eval/reward", 2)):
+        _check_eval_file(run, name, metric, step)
+    # Every training play (2 prompts x 2 samples, over the ranks) and every eval play, the warm start's too.
+    _check_traces(run, {"train": {"1"}, "eval": {"0", "1"}, "eval_greedy": {"1"}, "warm_start/eval": {"2"}})
+    client, mlflow_run = run.client(), run.mlflow_run()
+    train = client.search_traces(locations=[mlflow_run.info.experiment_id], run_id=mlflow_run.info.run_id,
+                                 filter_string="tags.split = 'train'", max_results=100)
+    assert len(train) == 4
+
+
+@pytest.mark.slow
+def test_sft_evals_write_per_task_files(tmp_path: Path) -> None:
+    run = run_agentrl(SFT, tmp_path / "home")
+    for name, metric, step in (("eval-step-1", "eval/reward", 1), ("eval-step-2", "eval/reward", 2),
+                               ("eval_greedy-step-2", "eval_greedy/reward", 2)):
+        _check_eval_file(run, name, metric, step)
+    _check_traces(run, {"eval": {"1", "2"}, "eval_greedy": {"2"}})
