@@ -124,8 +124,9 @@ class TextArenaEnvConfig(EnvConfig):
     train_size: int = 256  # matches (seeds)
     eval_size: int = 64  # the eval seeds follow the train seeds
     seed: int = 0
-    # null: the agent plays every seat (self-play); random | first: a scripted opponent takes the other seat
-    # (a move listed in the observation's Available Moves) and the agent's seat alternates by task index.
+    # null: the agent plays every seat (self-play); random | first | heuristic: a scripted opponent takes the other
+    # seat (a move listed in the observation's Available Moves; heuristic, TicTacToe only: win, block, centre,
+    # corner) and the agent's seat alternates by task index.
     train_opponent: str | None = None
     eval_opponent: str | None = "random"
     # Show only the last N characters of each observation (a small model's context); null: all of it.

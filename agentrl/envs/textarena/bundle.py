@@ -4,9 +4,11 @@ An episode is one match. Each of its turns is one player's move: the turn's prom
 TextArena observation and its system prompt starts `You are Player <n>` (the seat: `agent=self_play` keys
 its roles by it); the reply (ending the turn) is the move. A split either lets the agent play every seat
 (self-play; the match scores `win_p0`, player 0's outcome) or seats a scripted opponent (`random` or
-`first`: a move listed in the observation's `Available Moves`) and the agent plays the other seat,
+`first`: a move listed in the observation's `Available Moves`; TicTacToe also `heuristic`: win, block, centre,
+corner, `tictactoe.py`) and the agent plays the other seat,
 alternating seats by task index (the match scores `win`, the agent's outcome). Outcomes are 1 win, 0.5 draw,
-0 loss, from TextArena's own rewards.
+0 loss, from TextArena's own rewards. The SFT teachers: `random` (random listed moves: the format, not skill)
+and, for TicTacToe, `heuristic` (legal and sensible moves).
 
 A turn's prompt is the player's observation (`observation=full`: TextArena's whole running transcript, its last
 `prompt_chars` characters when set) or only the current position (`observation=board`: the player's mark, the
@@ -21,8 +23,11 @@ import re
 from typing import Any
 
 from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
+from agentrl.envs.textarena.tictactoe import heuristic_move
 
-OPPONENTS = ("random", "first")
+OPPONENTS = ("random", "first", "heuristic")
+# Games the `heuristic` player (teacher and scripted opponent) knows; it reads a 3x3 board.
+HEURISTIC_GAMES = ("TicTacToe-v0",)
 OBSERVATIONS = ("full", "board")
 _MARK = re.compile(r"you will be '([^']+)'")
 _MOVE = re.compile(r"'(\[[^\]]*\])'")
@@ -93,8 +98,7 @@ class TextArenaEpisode(Episode):
                 self.seat, self.raw, self.observation = seat, observation, self.bundle.shown(observation)
                 system = SYSTEM.format(seat=seat, game=self.bundle.game)
                 return Turn(prompt=self.observation, system_prompt=system, tools=[])
-            moves = listed_moves(observation) or ["[0]"]
-            done, _ = self.game.step(moves[0] if self.opponent == "first" else self.rng.choice(moves))
+            done, _ = self.game.step(self.bundle.scripted_move(str(self.opponent), observation, self.rng))
         rewards, _ = self.game.close()
         self.outcome = {int(p): (float(r) + 1.0) / 2.0 for p, r in rewards.items()}
         return None
@@ -131,7 +135,8 @@ class TextArenaBundle(Bundle):
 
     name = "textarena"
     version = "1"
-    teachers = ("random",)  # SFT demonstrations: a seat playing random listed moves (the format, not skill)
+    # SFT demonstrations: a seat playing random listed moves (the format, not skill); TicTacToe adds `heuristic`
+    teachers: tuple[str, ...] = ("random",)
     eval_breakdown = {"seat": "reward_seat{}"}  # eval/reward_seat0, eval/reward_seat1 (vs a scripted opponent)
 
     def __init__(self, game: str = "TicTacToe-v0", *, num_players: int = 2, train_size: int = 256,
@@ -141,6 +146,9 @@ class TextArenaBundle(Bundle):
         for key, value in (("train_opponent", train_opponent), ("eval_opponent", eval_opponent)):
             if value is not None and value not in OPPONENTS:
                 raise ValueError(f"env.{key}={value!r}: choose one of {', '.join(OPPONENTS)}, or null (self-play)")
+            if value == "heuristic" and game not in HEURISTIC_GAMES:
+                raise ValueError(f"env.{key}=heuristic plays only {', '.join(HEURISTIC_GAMES)}, not env.game={game}")
+        self.teachers = ("random", "heuristic") if game in HEURISTIC_GAMES else ("random",)
         if min(train_size, eval_size) < 1:
             raise ValueError("env.train_size and env.eval_size must be >= 1")
         if observation not in OBSERVATIONS:
@@ -159,6 +167,16 @@ class TextArenaBundle(Bundle):
         # Eval seeds follow the train seeds: no match is in both splits.
         self._seeds = {train_split: int(seed), eval_split: int(seed) + int(train_size)}
         self._probe(train_opponent or eval_opponent)
+
+    def scripted_move(self, player: str, observation: str, rng: random.Random) -> str:
+        """The move of a scripted `player` (an opponent or a teacher) for a TextArena observation: `first` the first
+        listed move, `random` a random one (drawn from `rng`), `heuristic` win/block/centre/corner/any."""
+        moves = listed_moves(observation) or ["[0]"]
+        if player == "first":
+            return moves[0]
+        if player == "heuristic":
+            return heuristic_move(board_view(observation) or "")
+        return rng.choice(moves)
 
     def shown(self, observation: str) -> str:
         """What a turn's prompt shows of an observation: the current position (`observation=board`), else its
@@ -210,8 +228,8 @@ class TextArenaBundle(Bundle):
                                 self._seat(split, index))
 
     def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
-        """Seat `index % num_players` of the match playing random listed moves against the random opponent:
-        its whole conversation (system, then each observation and move)."""
+        """Seat `index % num_players` of the match played by `teacher` (random listed moves, or the heuristic)
+        against the random opponent: its whole conversation (system, then each observation and move)."""
         if teacher not in self.teachers:
             raise ValueError(f"textarena teacher must be one of {self.teachers}, not {teacher!r}")
         info = self.task_info(split, index)
@@ -221,7 +239,7 @@ class TextArenaBundle(Bundle):
         turn: Turn | None = episode.first_turn()
         messages: list[dict[str, Any]] = [{"role": "system", "content": turn.system_prompt}]
         while turn is not None:
-            move = rng.choice(listed_moves(episode.raw) or ["[0]"])
+            move = self.scripted_move(teacher, episode.raw, rng)
             messages += [{"role": "user", "content": turn.prompt}, {"role": "assistant", "content": move}]
             turn = episode.end_turn(move)
         return messages
