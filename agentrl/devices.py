@@ -83,23 +83,40 @@ def set_threads(settings: Any) -> int:
     Returns the thread count in effect. A tiny model gains nothing from several threads per matmul, and on a
     small box they compete with the env server and the session server, which share this process.
     """
-    threads = _threads(settings)
+    threads = _threads(settings) or _split_threads(settings)
     if threads:
         torch.set_num_threads(threads)
     return torch.get_num_threads()
+
+
+def _split_threads(settings: Any) -> int:
+    """With the engine in its own process and `trainer.threads` 0: the cores the engine process leaves (else 0)."""
+    if not _option(settings, "inference", "process", False):
+        return 0
+    return max(1, (os.cpu_count() or 2) - engine_threads(_option(settings, "inference", "process_threads", 0)))
+
+
+def engine_threads(configured: int) -> int:
+    """The engine process's torch threads (`inference.process=true`): `inference.process_threads`, or half the
+    cores (at least one), leaving the rest to the learner."""
+    return int(configured) if configured and configured > 0 else max(1, (os.cpu_count() or 2) // 2)
 
 
 def describe_threads(settings: Any) -> str:
     """The plan's `threads` line: torch's CPU threads for the warm start and for the trainer's loop, and how
     OpenMP's idle threads wait (spinning threads fight any other job on a small box)."""
     default = torch.get_num_threads()  # torch's default here: one per core, unless OMP_NUM_THREADS says otherwise
-    loop = _threads(settings) or default
-    source = "trainer.threads" if _threads(settings) else "torch's default"
+    loop = _threads(settings) or _split_threads(settings) or default
+    source = "trainer.threads" if _threads(settings) else \
+        "the cores the engine process leaves" if _split_threads(settings) else "torch's default"
     parts = []
     ws = _option(settings, "trainer", "warm_start")
     if ws is not None and ws.enabled and not ws.checkpoint:
         parts.append(f"warm start {default} (torch's default, {os.cpu_count()} cores)")
     parts.append(f"trainer {loop} ({source})")
+    if _option(settings, "inference", "process", False):  # the engine's own process: its threads, on other cores
+        parts.append(f"engine process {engine_threads(_option(settings, 'inference', 'process_threads', 0))} "
+                     "(inference.process_threads; 0: half the cores)")
     policy = os.environ.get("OMP_WAIT_POLICY", "")
     parts.append(f"OMP_WAIT_POLICY={policy.lower() or 'unset (spin, then sleep)'}")
     return ", ".join(parts)

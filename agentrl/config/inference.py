@@ -19,11 +19,19 @@ class InferenceConfig:
 
 @dataclass
 class EmbeddedInferenceConfig(InferenceConfig):
-    _target_: str = "agentrl.inference.engine.EmbeddedEngine"
+    _target_: str = "agentrl.inference.engine_process.embedded_engine"
     model_path: str = "${model.path}"  # the weights served (trainers pass their current checkpoint)
     device: str = "cpu"  # cpu (float32) | cuda (bfloat16)
     max_batch_sequences: int = 64  # sequences decoded together in one forward pass
     batch_wait_ms: float = 2.0  # how long a new request waits for others to share its batch
+    # Run the engine in a child process of its own, so generation and training use different cores (a 2-core box:
+    # one each); weights reach it as a saved folder. process_threads: its torch threads (0: half the cores).
+    process: bool = False
+    process_threads: int = 0
+
+    def __post_init__(self) -> None:
+        if int(self.process_threads) < 0:
+            raise ValueError(f"inference.process_threads must be >= 0 (0: half the cores), got {self.process_threads}")
 
 
 @dataclass

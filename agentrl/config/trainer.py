@@ -13,6 +13,8 @@ from agentrl.config.sampling import Sampling
 LOSSES = ("grpo", "dr_grpo", "dapo", "gspo")
 ADVANTAGES = ("group_norm", "group_mean", "rloo", "per_role", "rae", "hierarchical")  # the last three: role_advantages.py
 KL_ESTIMATORS = ("k1", "k3")
+TIS_MODES = ("truncate", "mask")  # what importance sampling does with a weight above tis_cap (grpo_math.py)
+TIS_LEVELS = ("token", "sequence")
 # Each loss's (clip_low, clip_high) when both are left null: the papers' settings (DAPO's clip-higher 0.28;
 # GSPO's sequence-level ratios stay much closer to 1, so its paper clips at 3e-4 / 4e-4).
 DEFAULT_CLIPS = {"grpo": (0.2, 0.2), "dr_grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "gspo": (3e-4, 4e-4)}
@@ -46,6 +48,10 @@ def check_algorithm(c: Any, key: str = "trainer") -> None:
     if tis != 0 and tis < 1:
         raise ValueError(f"{key}.tis_cap={tis}: the truncation cap must be >= 1 (an on-policy token has weight 1), "
                          "or 0 to turn truncated importance sampling off")
+    if getattr(c, "tis_mode", "truncate") not in TIS_MODES:
+        raise ValueError(f"{key}.tis_mode={c.tis_mode!r}: choose one of {', '.join(TIS_MODES)}")
+    if getattr(c, "tis_level", "token") not in TIS_LEVELS:
+        raise ValueError(f"{key}.tis_level={c.tis_level!r}: choose one of {', '.join(TIS_LEVELS)}")
     low, high = c.clip_low, c.clip_high
     if _is_set(low) and not 0 <= float(low) < 1:
         raise ValueError(f"{key}.clip_low must be in [0, 1) (the ratio's floor is 1 - clip_low), got {low}")
@@ -222,6 +228,9 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
     kl_estimator: str = "k3"  # k1 | k3: the per-token KL estimate
     entropy_coef: float = 0.0  # >0 adds an entropy bonus (train/entropy is logged either way)
     tis_cap: float = 2.0  # truncated importance sampling against the engine's logprobs, weights cut at this; 0: off
+    # truncate: weights above tis_cap are cut to it | mask: tokens (or samples) above tis_cap leave the loss
+    tis_mode: str = "truncate"
+    tis_level: str = "token"  # token: one weight per token | sequence: one per sample (its tokens' geometric mean)
     norm_tokens: int = 512  # dr_grpo: the loss is divided by samples x norm_tokens, a constant
     # dapo's soft overlong penalty on a sample's longest reply: 0 up to max - buffer tokens, then down to -1 at max.
     overlong_max_tokens: int | None = II("agent.max_response_tokens")  # null: no penalty
@@ -246,6 +255,9 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
     # What keeps samples within K (play_ahead.py): wait (generation stops until the learner catches up), pace
     # (rows admitted one step per step trained), drop (generation never waits; groups older than K are dropped)
     stale_policy: str = "wait"
+    # Partial rollouts: a push lands between two decode steps and running replies go on under the new weights (each
+    # token records its version; inference=embedded only). false: a push waits for the running replies to finish.
+    partial_rollouts: bool = False
     off_policy_steps: int | None = None  # retired: renamed max_staleness (set, it fails naming the new key)
     max_drops_in_a_row: int = 200  # stop the run after more groups in a row were dropped as failed
     checkpoint_path: str | None = None  # null: <paths.checkpoint_dir>/<task_name>/<MLflow run id>

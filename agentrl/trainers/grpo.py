@@ -55,6 +55,7 @@ from agentrl.trainers.policies import (
     advantages,
     load_learners,
     main_policy,
+    partial_rollouts_problem,
     plan_policies,
     push_policies,
     update_policies,
@@ -79,8 +80,9 @@ class GRPOTrainer(TrainerBase):
 
     @classmethod
     def plan_problem(cls, settings: Any) -> str | None:
-        """`advantage=hierarchical`'s `episode_roles` must be roles the agent plays (`role_advantages.py`)."""
-        return role_advantage_problem(settings)
+        """`advantage=hierarchical`'s `episode_roles` must be roles the agent plays (`role_advantages.py`);
+        `trainer.partial_rollouts` needs the embedded engine."""
+        return role_advantage_problem(settings) or partial_rollouts_problem(settings)
 
     def __init__(self, *, plan: Any, tracker: Any) -> None:
         self.plan, self.tracker = plan, tracker

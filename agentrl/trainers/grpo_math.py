@@ -28,6 +28,11 @@ update; with several, `trainer.epochs` / `mini_batches`, the learner's pass befo
 `behaviour_logprobs`), and each token's term is multiplied by w_t = min(exp(p_old_t - q_t), C), detached (gspo: one
 w_i = min(exp(mean_t (p_old_t - q_t)), C) per sequence). With C = 0 the ratio is taken against q directly (the
 pre-TIS behaviour). Where the engine and learner agree, both give the same value and gradient.
+`tis_mode=mask` keeps w_t = exp(p_old_t - q_t) uncut but drops the terms whose w_t exceeds C (weight 0), as
+masked importance sampling does: a token of a stale or partial rollout far likelier under the learner than
+under the engine that sampled it leaves the loss instead of entering it at weight C. `tis_level=sequence`
+uses one weight per sample (the geometric mean over its tokens, as gspo) on each of its tokens.
+With partial rollouts q_t is the logprob of the weights that sampled token t (`Completion.token_versions`).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agentrl.config.trainer import KL_ESTIMATORS, LOSSES
+from agentrl.config.trainer import KL_ESTIMATORS, LOSSES, TIS_LEVELS, TIS_MODES
 
 SEQUENCE_LOSSES = ("gspo",)  # one ratio and one loss term per sample
 GROUP_ADVANTAGES = ("group_norm", "group_mean", "rloo")  # ADVANTAGES that need only the group keys
@@ -154,7 +159,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
                 mask: torch.Tensor, *, loss: str = "grpo", clip_low: float = 0.2, clip_high: float = 0.2,
                 ref_logprobs: torch.Tensor | None = None, kl_coef: float = 0.0, kl_estimator: str = "k3",
                 entropy: torch.Tensor | None = None, entropy_coef: float = 0.0, tis_cap: float = 0.0,
-                normalizer: float | None = None, num_samples: float | None = None,
+                tis_mode: str = "truncate", tis_level: str = "token", normalizer: float | None = None, num_samples: float | None = None,
                 norm_tokens: float | None = None, behaviour_logprobs: torch.Tensor | None = None) -> LossOutput:
     """One of LOSSES over model tokens (see the module docstring), with optional KL, entropy and TIS terms.
 
@@ -194,13 +199,18 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     base = old if tis_cap > 0 else q
     log_ratio = (logprobs - base) * m
     gap = (old - q) * m  # log(pi_learner / pi_engine) of the sampled tokens, at the batch's start
+    if tis_mode not in TIS_MODES or tis_level not in TIS_LEVELS:
+        raise ValueError(f"policy_loss: tis_mode must be one of {TIS_MODES} and tis_level one of {TIS_LEVELS}, "
+                         f"got {tis_mode!r}, {tis_level!r}")
     if sequence:
         log_ratio = _seq_mean(log_ratio, m)
         gap = _seq_mean(gap, m)
+    elif tis_level == "sequence":  # one weight per sample, on each of its tokens
+        gap = _seq_mean(gap, m)[:, None].expand_as(log_ratio)
     weight = torch.ones_like(gap)
     if tis_cap > 0:
         raw = torch.exp(gap)
-        weight = raw.clamp(max=tis_cap)
+        weight = raw.clamp(max=tis_cap) if tis_mode == "truncate" else raw * (raw <= tis_cap)
     ratio = torch.exp(log_ratio)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv

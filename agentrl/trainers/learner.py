@@ -42,6 +42,8 @@ class Algorithm:
     kl_estimator: str = "k3"
     entropy_coef: float = 0.0
     tis_cap: float = 0.0  # 0: ratios against the engine's logprobs, no importance weight
+    tis_mode: str = "truncate"  # truncate | mask: a weight above tis_cap is cut to it, or its token leaves the loss
+    tis_level: str = "token"  # token | sequence: one weight per token, or per sample
     norm_tokens: int = 512  # dr_grpo's constant normalizer per sample
     overlong_max_tokens: int = 0  # dapo's overlong penalty (0: none)
     overlong_buffer: int = 0
@@ -59,6 +61,7 @@ class Algorithm:
                    clip_low=low if t.clip_low is None else t.clip_low,
                    clip_high=high if t.clip_high is None else t.clip_high,
                    kl_coef=t.kl_coef, kl_estimator=t.kl_estimator, entropy_coef=t.entropy_coef, tis_cap=t.tis_cap,
+                   tis_mode=getattr(t, "tis_mode", "truncate"), tis_level=getattr(t, "tis_level", "token"),
                    norm_tokens=t.norm_tokens, overlong_max_tokens=max_tokens, overlong_buffer=buffer,
                    rae_decay=float(getattr(t, "rae_decay", 0.95)),
                    episode_roles=tuple(getattr(t, "episode_roles", ("solver",))))
@@ -143,11 +146,13 @@ class Learner:
                  clip_low: float | None = None, clip_high: float | None = None, kl_coef: float | None = None,
                  temperature: float = 1.0, micro_batch_samples: int = 8, pad_id: int = 0,
                  algorithm: Algorithm | None = None, steps: int = 1, lr_warmup_steps: int = 0,
-                 lr_schedule: str = "constant", epochs: int = 1, mini_batches: int = 1, lora: Any = None) -> None:
+                 lr_schedule: str = "constant", epochs: int = 1, mini_batches: int = 1, lora: Any = None,
+                 push_mode: str = "wait") -> None:
         algo = algorithm or Algorithm()
         given = {"clip_low": clip_low, "clip_high": clip_high, "kl_coef": kl_coef}
         self.algorithm = replace(algo, **{k: v for k, v in given.items() if v is not None})
         self.model = model
+        self.push_mode = push_mode  # wait | keep (partial rollouts: `EmbeddedEngine.update_weights`)
         self.lora = lora  # the `model.lora` settings of a LoRA-wrapped model (what a push sends), else None
         self.pushed_bytes = 0  # what the last push handed the engine
         # Under LoRA only the adapter requires grad: AdamW keeps no state for the frozen base.
@@ -263,7 +268,8 @@ class Learner:
                                          self.temperature)
             out = policy_loss(logp, old, adv, mask, loss=a.loss, clip_low=a.clip_low, clip_high=a.clip_high,
                               ref_logprobs=ref, kl_coef=a.kl_coef, kl_estimator=a.kl_estimator, entropy=ent,
-                              entropy_coef=a.entropy_coef, tis_cap=a.tis_cap, normalizer=total,
+                              entropy_coef=a.entropy_coef, tis_cap=a.tis_cap, tis_mode=a.tis_mode,
+                              tis_level=a.tis_level, normalizer=total,
                               num_samples=len(items), norm_tokens=a.norm_tokens, behaviour_logprobs=beh)
             out.loss.backward()
             sums["loss"] += float(out.loss.detach())
@@ -281,5 +287,7 @@ class Learner:
         """Copy the policy's weights into the engine (under LoRA its adapter, or the merged weights:
         `lora.push`); returns the seconds it took, and keeps the bytes sent in `pushed_bytes`."""
         started = time.monotonic()
-        self.pushed_bytes = push_weights(self.model, engine, self.lora)
+        # keep (trainer.partial_rollouts): the engine applies the push between two decode steps
+        keep = {"mode": "keep"} if self.push_mode == "keep" else {}
+        self.pushed_bytes = push_weights(self.model, engine, self.lora, **keep)
         return time.monotonic() - started

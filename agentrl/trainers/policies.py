@@ -97,6 +97,17 @@ def main_policy(path: str) -> Policy:
     return Policy(MAIN, path, trainable=True, path=path)
 
 
+def partial_rollouts_problem(settings: Any) -> str | None:
+    """`trainer.partial_rollouts` needs an engine that applies a push between two decode steps (the embedded one)."""
+    if not getattr(settings.trainer, "partial_rollouts", False):
+        return None
+    target = str(getattr(settings.inference, "_target_", ""))
+    if target.startswith("agentrl.inference.engine"):
+        return None
+    return (f"trainer.partial_rollouts=true needs inference=embedded (its engine applies a push between two decode "
+            f"steps); {target} waits for running replies: set trainer.partial_rollouts=false")
+
+
 def make_learner(t: Any, model: Any, tokenizer: Any, lora: Any = None) -> Learner:
     """A `Learner` for `model` with the trainer config `t`'s optimizer and algorithm (loss, advantage, KL, ...);
     `lora`: the `model.lora` settings when `model` carries a LoRA adapter."""
@@ -105,7 +116,7 @@ def make_learner(t: Any, model: Any, tokenizer: Any, lora: Any = None) -> Learne
                    micro_batch_samples=int(t.micro_batch_samples), pad_id=tokenizer.pad_token_id or 0,
                    steps=int(t.steps), lr_warmup_steps=int(t.lr_warmup_steps),
                    lr_schedule=str(t.lr_schedule), epochs=int(t.epochs), mini_batches=int(t.mini_batches),
-                   lora=lora)
+                   lora=lora, push_mode="keep" if getattr(t, "partial_rollouts", False) else "wait")
 
 
 def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu", model_cfg: Any = None) -> None:

@@ -1,0 +1,67 @@
+"""The embedded engine in its own process (`inference.process=true`): the same answers as in this process,
+weights pushed through a saved folder, a dead child named at once, and no child left after close."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from agentrl.inference.completion import EngineUnavailable
+from agentrl.inference.engine_process import ProcessEngine, embedded_engine
+
+PROMPT = [5, 17, 42, 9, 100, 3]
+
+
+def reference_logprobs(model, prompt: list[int], out: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + out])).logits[0].float()
+    return torch.log_softmax(logits, dim=-1)[len(prompt) - 1 : -1].gather(1, torch.tensor(out)[:, None])[:, 0]
+
+
+async def test_the_child_samples_takes_new_weights_and_is_gone_after_close(random_model):
+    old = AutoModelForCausalLM.from_pretrained(random_model).eval()
+    new = AutoModelForCausalLM.from_pretrained(random_model).eval()
+    with torch.no_grad():
+        new.lm_head.weight.mul_(-1.0)
+    eng = embedded_engine(random_model, process=True, process_threads=1)
+    assert isinstance(eng, ProcessEngine) and eng.pid != os.getpid()
+    try:
+        first = await eng.generate(PROMPT, max_tokens=12, ignore_eos=True)
+        assert first.weight_version == 0 and first.token_versions == [0] * 12
+        assert torch.allclose(torch.tensor(first.logprobs), reference_logprobs(old, PROMPT, first.token_ids), atol=1e-4)
+        version = await asyncio.to_thread(eng.update_weights, {k: v.clone() for k, v in new.state_dict().items()},
+                                          mode="keep")
+        assert version == 1 == eng.weight_version
+        after = await eng.generate(PROMPT, max_tokens=12, ignore_eos=True)
+        assert after.weight_version == 1
+        assert torch.allclose(torch.tensor(after.logprobs), reference_logprobs(new, PROMPT, after.token_ids), atol=1e-4)
+        with pytest.raises(ValueError, match="max_tokens must be >= 1"):
+            await eng.generate(PROMPT, max_tokens=0)
+        stats = eng.stats
+        assert stats.requests == 2 and 0.0 <= stats.idle_fraction() <= 1.0
+    finally:
+        eng.close()
+    assert not eng._proc.is_alive() and eng._proc.exitcode is not None  # noqa: SLF001
+    with pytest.raises(EngineUnavailable, match="closed"):
+        await eng.generate(PROMPT, max_tokens=3)
+
+
+async def test_a_killed_child_is_named_to_every_caller(random_model):
+    eng = ProcessEngine(random_model, threads=1)
+    try:
+        os.kill(eng.pid, signal.SIGKILL)
+        eng._proc.join(60)  # noqa: SLF001
+        for _ in range(600):  # the pipe reader notices the closed pipe; a loaded box may take a while
+            if eng.failure is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert eng.failure is not None and "exited with code -9" in str(eng.failure)
+        with pytest.raises(EngineUnavailable, match=f"pid {eng.pid}"):
+            await eng.generate(PROMPT, max_tokens=3)
+    finally:
+        eng.close()

@@ -1,0 +1,57 @@
+"""Importance sampling against the behaviour logprobs: truncated or masked, per token or per sequence
+(`trainer.tis_mode`, `trainer.tis_level`), checked on the gradient each token receives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from agentrl.config.trainer import GRPOTrainerConfig
+from agentrl.trainers.grpo_math import policy_loss
+
+CAP = 2.0
+# One sample, three model tokens. The learner's old logprobs (p_old) against the engine's (q): token 0 on
+# policy (w = 1), token 1 w = e^0.5 ~ 1.65 (under the cap), token 2 w = e^1.5 ~ 4.48 (over it).
+P_OLD = torch.tensor([[-1.0, -1.0, -1.0]])
+Q = torch.tensor([[-1.0, -1.5, -2.5]])
+MASK = torch.ones(1, 3)
+
+
+def token_grads(**kw) -> torch.Tensor:
+    """d loss / d logprob per token, at logprobs = p_old (ratio 1: every token unclipped)."""
+    logprobs = P_OLD.clone().requires_grad_(True)
+    out = policy_loss(logprobs, Q, torch.tensor([1.0]), MASK, tis_cap=CAP, behaviour_logprobs=P_OLD, **kw)
+    out.loss.backward()
+    return logprobs.grad[0]
+
+
+def test_truncate_cuts_a_large_weight_to_the_cap():
+    g = token_grads(tis_mode="truncate")
+    w = -3 * g  # the loss is -mean_t(w_t * ratio_t * A): each token's gradient is -w_t / 3
+    assert torch.allclose(w, torch.tensor([1.0, math.exp(0.5), CAP]), atol=1e-5)
+
+
+def test_mask_drops_the_token_over_the_cap_and_keeps_the_others_uncut():
+    g = token_grads(tis_mode="mask")
+    w = -3 * g
+    assert torch.allclose(w, torch.tensor([1.0, math.exp(0.5), 0.0]), atol=1e-5)
+
+
+def test_sequence_level_gives_every_token_the_samples_one_weight():
+    mean_gap = float((P_OLD - Q).mean())  # (0 + 0.5 + 1.5) / 3
+    w = -3 * token_grads(tis_level="sequence")
+    assert torch.allclose(w, torch.full((3,), min(math.exp(mean_gap), CAP)), atol=1e-5)
+    # masked per sequence: a sample whose mean weight is over the cap leaves the loss whole
+    assert torch.allclose(token_grads(tis_mode="mask", tis_level="sequence"),
+                          torch.zeros(3) if math.exp(mean_gap) > CAP else -torch.full((3,), math.exp(mean_gap) / 3))
+
+
+def test_unknown_modes_are_refused_naming_the_key():
+    with pytest.raises(ValueError, match="trainer.tis_mode='clip': choose one of truncate, mask"):
+        GRPOTrainerConfig(tis_mode="clip")
+    with pytest.raises(ValueError, match="trainer.tis_level='batch': choose one of token, sequence"):
+        GRPOTrainerConfig(tis_level="batch")
+    with pytest.raises(ValueError, match="tis_mode must be one of"):
+        token_grads(tis_mode="nope")
