@@ -5,12 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
-from agentrl.config import register_configs
-from agentrl.config.locate import conf_dir
 from agentrl.config.register import recipe_names
+from agentrl.testing.config import compose_config
 
 # Facts of the envs themselves, which no setting changes: GridSim's 24 hourly prices, its 1.0 for the optimal
 # schedule and the greedy rule's 0.743 on its eval split; TextArena's 1 / 0.5 / 0 for a win / draw / loss.
@@ -19,18 +16,9 @@ FIXED_FACTS = {"24", "1.0", "0.743", "1", "0.5", "0"}
 NUMBER = re.compile(r"(?<![\w.])\d[\d,.]*\d|(?<![\w.])\d(?![\w])")
 
 
-@pytest.fixture(autouse=True)
-def hydra_ctx():
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
-
-
 @pytest.mark.parametrize("recipe", recipe_names())
 def test_a_description_names_settings_instead_of_their_values(recipe: str):
-    description = compose("config", overrides=[f"+recipe={recipe}"]).description
+    description = compose_config(f"+recipe={recipe}").description
     assert set(NUMBER.findall(description)) <= FIXED_FACTS, description
 
 

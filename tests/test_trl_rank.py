@@ -10,14 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from agentrl.config import register_configs
-from agentrl.config.locate import conf_dir
 from agentrl.config.portable import PortableConfigError, from_portable, to_portable
 from agentrl.plan import typed_settings
+from agentrl.testing.config import compose_config
 from agentrl.trainers.trl_args import WORKER_MODULE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,14 +22,7 @@ CHOICES = {"recipe": "gridsim_grpo", "trainer": "trl"}
 
 
 def _cfg(tmp_path: Path):
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            return compose("config", overrides=["+recipe=gridsim_grpo", "trainer=trl",
-                                                f"paths.output_root={tmp_path / 'out'}"])
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config("+recipe=gridsim_grpo", "trainer=trl", f"paths.output_root={tmp_path / 'out'}")
 
 
 def _spec(tmp_path: Path, config: dict) -> Path:

@@ -18,18 +18,7 @@ from pathlib import Path
 import torch
 
 from agentrl.paired import paired_diff
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from agentrl.config import register_configs
-    from agentrl.config.locate import conf_dir
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
+from agentrl.testing.config import compose_config
 
 
 def plan_for(cfg, run_dir: Path):
@@ -109,7 +98,8 @@ def part_one(args: argparse.Namespace, home: Path, common: list[str], limit: int
     """(1) SFT on optimal demonstrations, beside the idle and greedy rules."""
     from agentrl.trainers.sft import run_sft, sft_checkpoint_path
 
-    cfg = compose(["+recipe=gridsim_sft", f"trainer.steps={args.sft_steps}", *common, *sft_overrides(args, "trainer")])
+    cfg = compose_config("+recipe=gridsim_sft", f"trainer.steps={args.sft_steps}", *common,
+                         *sft_overrides(args, "trainer"))
     plan = plan_for(cfg, home / "run-sft")
     out = sft_checkpoint_path(plan.settings, plan.settings.trainer, plan.bundle, plan.agent)
     t0 = time.monotonic()
@@ -136,11 +126,11 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
     # sampled at T=1.1, the warm start on the stored days with 7 other batteries each.
     former = ["trainer.temperature=1.1", "trainer.warm_start.generated=0",
               *(["trainer.warm_start.augment=7"] if args.augment is None else [])]
-    cfg2 = compose(["+recipe=gridsim_grpo", f"trainer.steps={args.grpo_steps}", "trainer.warm_start.teacher=greedy",
-                    f"trainer.warm_start.steps={args.sft_steps}", f"trainer.eval_limit={limit or 200}", *former,
-                    *sft_overrides(args, "trainer.warm_start"),
-                    "trainer.eval_every=0", "trainer.checkpoint_every=0", *common,
-                    *([f"trainer.lr={args.grpo_lr}"] if args.grpo_lr else [])])
+    cfg2 = compose_config("+recipe=gridsim_grpo", f"trainer.steps={args.grpo_steps}",
+                          "trainer.warm_start.teacher=greedy", f"trainer.warm_start.steps={args.sft_steps}",
+                          f"trainer.eval_limit={limit or 200}", *former, *sft_overrides(args, "trainer.warm_start"),
+                          "trainer.eval_every=0", "trainer.checkpoint_every=0", *common,
+                          *([f"trainer.lr={args.grpo_lr}"] if args.grpo_lr else []))
     plan2 = plan_for(cfg2, home / f"run-grpo{args.tag}")
     from agentrl.trainers.grpo import GRPOTrainer
     from agentrl.trainers.warm_start import warm_start_path

@@ -25,22 +25,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from agentrl.paired import paired_diff  # noqa: E402
+from agentrl.testing.config import compose_config  # noqa: E402
 
 HISTORY = ("train/logprob_gap_mean", "train/logprob_gap_max", "time/step_s", "time/weight_push_s",
            "time/generate_wait_s", "time/train_s")
 FINAL = ("eval/reward", "eval_greedy/reward")
-
-
-def compose(overrides: list[str]) -> Any:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from agentrl.config import register_configs
-    from agentrl.config.locate import conf_dir
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
 
 
 def run_record(run_dir: Path) -> dict[str, Any]:
@@ -113,7 +102,7 @@ def main() -> None:
     if args.records_only:
         return
 
-    cfg = compose(["+recipe=gridsim_grpo"])
+    cfg = compose_config("+recipe=gridsim_grpo")
     temperature = float(cfg.trainer.temperature)
     print("\n## Both final models on all eval days, one evaluator (embedded engine), paired per day")
     print("| decoding | embedded-trained | vLLM-trained | vLLM - embedded (paired) | within 1 se |\n|---|---|---|---|---|")

@@ -11,15 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from agentrl.config import register_configs
 from agentrl.config.inference import SGLangInferenceConfig, VLLMInferenceConfig
-from agentrl.config.locate import conf_dir
 from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.plan import Plan, PlanError, build_plan
+from agentrl.testing.config import compose_config
 from agentrl.trainers.miles import MilesTrainer, MilesUnavailable, project_root, require_gpus, require_miles
 from agentrl.trainers.miles_args import (
     FIXED_TEMPLATES,
@@ -236,13 +233,7 @@ def test_dry_run_refuses_bad_batch_sizes_before_anything_starts(agentrl_home: Pa
     assert "Traceback" not in proc.stderr
 
 def _miles_plan(tmp_path: Path, *overrides: str) -> Plan:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            cfg = compose("config", overrides=["+recipe=gridsim_miles", f"paths.output_root={tmp_path}", *overrides])
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_config("+recipe=gridsim_miles", f"paths.output_root={tmp_path}", *overrides)
     return build_plan(cfg, choices={"trainer": "miles"}, run_dir=tmp_path / "run")
 
 

@@ -14,21 +14,10 @@ import torch
 from agentrl.agents.record import Rollout
 from agentrl.config.trainer import LOSSES, GRPOTrainerConfig
 from agentrl.plan import PlanError, build_plan, typed_settings
+from agentrl.testing.config import compose_config
 from agentrl.trainers.learner import STEP_METRICS, Algorithm, Learner
 from agentrl.trainers.miles_args import MilesConfigError, check_config
 from tests.trainers.test_grpo_cli import TINY, _cli, _runs
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from agentrl.config import register_configs
-    from agentrl.config.locate import conf_dir
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
 
 
 @pytest.mark.parametrize(("fields", "message"), [
@@ -50,7 +39,7 @@ def test_schema_refuses_each_invariant_naming_the_key(fields: dict, message: str
 
 
 def test_a_bad_choice_fails_when_the_plan_is_built(tmp_path: Path) -> None:
-    cfg = compose(["+recipe=gridsim_grpo", "trainer.loss=dr_grpo", "trainer.advantage=group_norm"])
+    cfg = compose_config("+recipe=gridsim_grpo", "trainer.loss=dr_grpo", "trainer.advantage=group_norm")
     with pytest.raises(PlanError, match="trainer.advantage=group_norm contradicts trainer.loss=dr_grpo"):
         build_plan(cfg, choices={}, run_dir=tmp_path)
 
@@ -66,11 +55,11 @@ def test_a_bad_choice_fails_when_the_plan_is_built(tmp_path: Path) -> None:
     ("trainer.tis_cap=2.0", "--use-tis,--tis-clip,2.0"),
 ])
 def test_miles_refuses_what_it_cannot_apply_naming_its_flag(tmp_path: Path, override: str, flag: str) -> None:
-    cfg = compose(["+recipe=gridsim_miles", override])
+    cfg = compose_config("+recipe=gridsim_miles", override)
     with pytest.raises(PlanError, match=f"{override.split('=')[0]}=.*under trainer=miles.*{flag}"):
         build_plan(cfg, choices={}, run_dir=tmp_path)
     # The launcher's own check (dry run, construction) too, on typed settings that got past the schema's check.
-    settings = typed_settings(compose(["+recipe=gridsim_miles"]))
+    settings = typed_settings(compose_config("+recipe=gridsim_miles"))
     key = override.split("=")[0].removeprefix("trainer.")
     setattr(settings.trainer, key, cfg.trainer[key])
     with pytest.raises(MilesConfigError, match=flag):
@@ -79,7 +68,7 @@ def test_miles_refuses_what_it_cannot_apply_naming_its_flag(tmp_path: Path, over
 
 def test_the_defaults_keep_grpo_and_fill_each_losses_own() -> None:
     def algo(*overrides: str) -> Algorithm:
-        return Algorithm.from_config(compose(["+recipe=gridsim_grpo", *overrides]).trainer)
+        return Algorithm.from_config(compose_config("+recipe=gridsim_grpo", *overrides).trainer)
 
     assert algo() == Algorithm(tis_cap=2.0)  # today's grpo, with truncated importance sampling
     assert algo("trainer.loss=dr_grpo").advantage == "group_mean"

@@ -15,15 +15,12 @@ from typing import Any
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from agentrl.agents.record import Rollout
-from agentrl.config import register_configs
-from agentrl.config.locate import conf_dir
 from agentrl.inference.samples import Sample
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.plan import build_plan
+from agentrl.testing.config import compose_config
 from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.grpo import GRPOTrainer
 from agentrl.trainers.learner import items_from
@@ -69,17 +66,13 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 def trainer(models: tuple[str, str], tmp_path: Path, *extra: str) -> GRPOTrainer:
     """A GRPO trainer on thinker_verifier/arith whose verifier plays its own tiny model."""
-    register_configs()
-    GlobalHydra.instance().clear()
     small = [f"model.{k}={v}" for k, v in SMALL.items()]
     overrides = ["env=arith", "agent=thinker_verifier", "reward=env_score", f"model.path={models[0]}", *small,
                  f"agent.roles.1.model={models[1]}", "agent.max_turns=2", "agent.max_response_tokens=8",
                  "trainer.samples_per_prompt=2", "trainer.prompts_per_step=2", "trainer.warm_start.enabled=false",
                  "trainer.lr=1e-2", "trainer.max_extra_rows=0", "trainer.eval_limit=2",
                  f"trainer.checkpoint_path={tmp_path / 'ckpt'}", f"paths.output_root={tmp_path / 'out'}", *extra]
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
-    GlobalHydra.instance().clear()
+    cfg = compose_config(*overrides)
     plan = build_plan(cfg, choices={"env": "arith", "agent": "thinker_verifier"}, run_dir=tmp_path / "run")
     return GRPOTrainer(plan=plan, tracker=_Tracker())
 

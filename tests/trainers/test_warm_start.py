@@ -8,12 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
-from agentrl.config import register_configs
-from agentrl.config.locate import conf_dir
 from agentrl.plan import PlanError, build_plan
+from agentrl.testing.config import compose_config
 
 SMALL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
          "model.intermediate_size=64", "model.vocab_size=1024", "model.max_position_embeddings=1024",
@@ -51,13 +48,7 @@ class _Tracker:
 
 
 def _plan(tmp_path: Path, *overrides: str) -> Any:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            cfg = compose("config", overrides=[*overrides, f"paths.output_root={tmp_path / 'out'}"])
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_config(*overrides, f"paths.output_root={tmp_path / 'out'}")
     return build_plan(cfg, choices={}, run_dir=tmp_path / "run")
 
 
