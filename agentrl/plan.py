@@ -13,7 +13,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from agentrl.config.inference import SGLangInferenceConfig
 from agentrl.config.locate import project_root, project_root_reason, recipe_dirs
+from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.tracking.tracker import Tracker
 
 # Every _target_ a config may name lives here; Hydra 1.4 will want exactly this whitelist.
@@ -219,6 +221,11 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # on a laptop must still print the command.
     notes = [] if trainer_cls.checks_model_itself else check_model(cfg)
     resolve_target(cfg.inference, "inference")
+    # SGLang needs a GPU: the command our engine would launch is shown (Miles launches its own: its report says).
+    if isinstance(settings.inference, SGLangInferenceConfig) and not isinstance(settings.trainer, MilesTrainerConfig):
+        from agentrl.inference.sglang import launch_note
+
+        notes += [n for n in [launch_note(settings)] if n]
     from agentrl.devices import DeviceError, check_devices  # torch loads only once a plan is built
 
     try:

@@ -8,6 +8,13 @@ Weights. `update_weights(folder_or_state_dict)` closes admission, waits for the 
 on the old weights, POSTs `/update_weights_from_disk` to every server (a state dict is first saved as a
 safetensors folder beside the model's config), then re-opens admission: no rollout of the next step
 can start before every server holds the new weights, and none of this step's is cut short.
+
+LoRA. Built with `lora` (the run's `model.lora`, push=adapter), launched servers serve adapters (`--enable-lora`,
+`--max-lora-rank`, `--lora-target-modules`); `update_adapter(peft_state_dict, lora)` saves only the adapter as a
+PEFT folder, loads it under a new name per version (`/load_lora_adapter`, the old one unloaded), sets the version
+(`/update_weight_version`, read back from `/model_info`) and sends every later call to it (`lora_path`). A model
+folder that is an adapter folder starts the servers on its base with that adapter (`--lora-paths`). Unverified
+here (SGLang needs a GPU): the dry run shows the launch command.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any
 
 from agentrl.config.inference import SGLangInferenceConfig as SGLang  # the defaults' one home
 from agentrl.inference.completion import Completion
+from agentrl.inference.remote_adapters import adapter_folder, folder_bytes
 from agentrl.inference.remote_engine import Admission, LoopClients, made_here, weights_folder
 
 log = logging.getLogger(__name__)
@@ -38,8 +46,10 @@ class SGLangError(RuntimeError):
 def launch_commands(model_path: str | Path, *, num_gpus: int = 1, base_port: int = 30000,
                     mem_fraction_static: float = 0.7, tool_call_parser: str | None = "qwen25",
                     reasoning_parser: str | None = None, extra_args: list[str] | tuple[str, ...] = (),
-                    python: str = sys.executable, server_host: str = "127.0.0.1") -> list[tuple[list[str], dict]]:
-    """(argv, extra environment) for each server: one per GPU, pinned with CUDA_VISIBLE_DEVICES."""
+                    python: str = sys.executable, server_host: str = "127.0.0.1", lora: Any = None,
+                    start_adapter: str | Path | None = None) -> list[tuple[list[str], dict]]:
+    """(argv, extra environment) for each server: one per GPU, pinned with CUDA_VISIBLE_DEVICES. `lora`
+    (`model.lora`): serve adapters of its rank and modules, starting with `start_adapter` when given."""
     if num_gpus < 1:
         raise ValueError(f"inference.num_gpus must be >= 1, got {num_gpus}")
     if not 0 < mem_fraction_static < 1:
@@ -53,6 +63,11 @@ def launch_commands(model_path: str | Path, *, num_gpus: int = 1, base_port: int
             argv += ["--tool-call-parser", tool_call_parser]
         if reasoning_parser:
             argv += ["--reasoning-parser", reasoning_parser]
+        if lora is not None:  # one adapter at a time: a push replaces the last
+            argv += ["--enable-lora", "--max-lora-rank", str(lora.rank), "--max-loras-per-batch", "1",
+                     "--lora-target-modules", *lora.target_modules]
+            if start_adapter is not None:
+                argv += ["--lora-paths", f"{START_ADAPTER}={start_adapter}"]
         out.append(([*argv, *map(str, extra_args)], {"CUDA_VISIBLE_DEVICES": str(gpu)}))
     return out
 
@@ -90,6 +105,32 @@ def to_completion(body: dict[str, Any], fallback_version: int) -> Completion:
                       prompt_tokens=int(meta.get("prompt_tokens") or 0))
 
 
+START_ADAPTER = "agentrl-lora-v0"  # the name an adapter folder given as the model is served under
+
+
+def launch_note(settings: Any) -> str | None:
+    """The dry run's line: the command the first SGLang server would be launched with (None: running servers)."""
+    import shlex
+
+    from agentrl.models.lora_folder import adapter_base
+
+    s = settings.inference
+    if s.urls:
+        return None
+    lora = settings.model.lora
+    lora = lora if lora.enabled and lora.push == "adapter" else None
+    path = str(s.model_path)
+    try:
+        base = adapter_base(path) if lora else None
+    except ValueError:
+        base = None
+    argv, env = launch_commands(base or path, num_gpus=s.num_gpus, base_port=s.base_port,
+                                mem_fraction_static=s.mem_fraction_static, tool_call_parser=s.tool_call_parser,
+                                reasoning_parser=s.reasoning_parser, extra_args=s.extra_args, python="python",
+                                lora=lora, start_adapter=path if base else None)[0]
+    return f"sglang server 0 of {s.num_gpus}: " + " ".join(f"{k}={v}" for k, v in env.items()) + " " + shlex.join(argv)
+
+
 class SGLangEngine:
     """SGLang servers as an engine. `urls` non-empty: use those servers; else launch one per GPU."""
 
@@ -97,10 +138,17 @@ class SGLangEngine:
                  base_port: int = SGLang.base_port, mem_fraction_static: float = SGLang.mem_fraction_static,
                  tool_call_parser: str | None = SGLang.tool_call_parser, reasoning_parser: str | None = None,
                  launch_timeout: float = SGLang.launch_timeout, request_timeout: float = SGLang.request_timeout,
-                 extra_args: list[str] | tuple[str, ...] = (), log_dir: str | Path | None = None, **_: Any) -> None:
+                 extra_args: list[str] | tuple[str, ...] = (), log_dir: str | Path | None = None, lora: Any = None,
+                 **_: Any) -> None:
         from transformers import AutoTokenizer
 
-        self.model_path = Path(model_path)
+        from agentrl.models.lora_folder import adapter_base
+
+        base = adapter_base(model_path)  # an adapter folder: its base, served with that adapter
+        self.model_path = Path(base or model_path)
+        self.lora = lora
+        self._adapter: str | None = START_ADAPTER if base else None  # the adapter every call goes to
+        self.last_push_bytes = 0
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.request_timeout = float(request_timeout)
         self.default_stop_ids = frozenset(i for i in (self.tokenizer.eos_token_id,
@@ -116,8 +164,8 @@ class SGLangEngine:
         else:
             self.urls = self._launch(launch_commands(
                 self.model_path, num_gpus=num_gpus, base_port=base_port, mem_fraction_static=mem_fraction_static,
-                tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser, extra_args=extra_args),
-                base_port, float(launch_timeout), log_dir)
+                tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser, extra_args=extra_args,
+                lora=lora, start_adapter=model_path if base else None), base_port, float(launch_timeout), log_dir)
         self._gate.in_flight = dict.fromkeys(self.urls, 0)
 
     # ------------------------------------------------------------------ servers
@@ -176,6 +224,8 @@ class SGLangEngine:
         body = {"input_ids": prompt, "return_logprob": True,
                 "sampling_params": sampling_params(max_tokens, temperature, top_p, top_k, stops, seed, ignore_eos)}
         url = await self._gate.acquire()
+        if self._adapter is not None:  # read once admitted: only a push (admission closed) changes it
+            body["lora_path"] = self._adapter
         try:
             response = await self._clients.get().post(f"{url}/generate", json=body)
         finally:
@@ -206,6 +256,40 @@ class SGLangEngine:
             for f in [pool.submit(push, u) for u in self.urls]:
                 f.result()
         self.weight_version = version
+        self.last_push_bytes = folder_bytes(folder)
+        return version
+
+    def update_adapter(self, adapter: Mapping[str, Any], lora: Any, *, timeout: float | None = None,
+                       **_: Any) -> int:
+        """Push a LoRA adapter (`peft.get_peft_model_state_dict`) to every server, the base untouched; later calls
+        sample with it. Returns the new weight version, read back from each server's /model_info."""
+        import httpx
+
+        folder = adapter_folder(adapter, lora, self.model_path)
+        self._tmp_weights.append(folder)
+        version = self.weight_version + 1
+        name, old = f"agentrl-lora-v{version}", self._adapter
+
+        def post(url: str, path: str, payload: dict[str, Any]) -> None:
+            r = httpx.post(f"{url}{path}", json=payload, timeout=timeout or 3600, trust_env=False)
+            answer = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+            if r.status_code != 200 or answer.get("success") is False:
+                raise SGLangError(f"{url}{path} refused {payload}: {r.status_code} {answer or r.text[:300]}")
+
+        def push(url: str) -> None:
+            post(url, "/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)})
+            if old is not None:
+                post(url, "/unload_lora_adapter", {"lora_name": old})
+            post(url, "/update_weight_version", {"new_version": str(version), "abort_all_requests": False})
+            held = httpx.get(f"{url}/model_info", timeout=30, trust_env=False).json().get("weight_version")
+            if str(held) != str(version):
+                raise SGLangError(f"{url} holds weight version {held!r}, not the {version} just pushed")
+
+        with self._gate.paused(timeout), concurrent.futures.ThreadPoolExecutor(len(self.urls)) as pool:
+            for f in [pool.submit(push, u) for u in self.urls]:
+                f.result()
+            self._adapter, self.weight_version = name, version
+        self.last_push_bytes = folder_bytes(folder)
         return version
 
     def close(self, timeout: float = 30.0) -> None:

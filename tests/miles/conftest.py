@@ -2,7 +2,8 @@
 
 The stand-in answers the SGLang routes agentrl and Miles use, over real HTTP, in SGLang's response
 shapes: `/v1/chat/completions` with `meta_info.output_token_logprobs` (Miles' fork, honouring the
-request's `input_ids`), `/generate`, `/update_weights_from_disk`, `/flush_cache`, `/workers` and
+request's `input_ids`), `/generate`, `/update_weights_from_disk`, the LoRA adapter and weight-version routes,
+`/flush_cache`, `/workers` and
 `/abort_request` (the router's). Replies come from a `policy(messages) -> dict`; the output token ids
 are the tokenizer's ids for the assistant turn exactly as the chat template renders it, so Miles' TITO
 bookkeeping sees what a real model producing that text would produce.
@@ -93,6 +94,30 @@ class StandInSGLang:
                 return {"success": False, "message": "stand-in refused the weights"}
             self.weight_version = str(body.get("weight_version") or int(self.weight_version) + 1)
             return {"success": True, "message": "loaded", "num_paused_requests": 0}
+
+        # SGLang's adapter and version routes (sglang/srt/entrypoints/http_server.py): what update_adapter calls.
+        @app.post("/load_lora_adapter")
+        async def load_lora(request: Request) -> dict:
+            body = await request.json()
+            self.calls.append(("/load_lora_adapter", {**body, "in_flight": self.in_flight,
+                                                      "files": sorted(p.name for p in Path(body["lora_path"]).iterdir())}))
+            return {"success": True, "loaded_adapters": {body["lora_name"]: body["lora_path"]}}
+
+        @app.post("/unload_lora_adapter")
+        async def unload_lora(request: Request) -> dict:
+            self.calls.append(("/unload_lora_adapter", await request.json()))
+            return {"success": True}
+
+        @app.post("/update_weight_version")
+        async def set_version(request: Request) -> dict:
+            body = await request.json()
+            self.calls.append(("/update_weight_version", body))
+            self.weight_version = body["new_version"]
+            return {"success": True, "new_version": self.weight_version}
+
+        @app.get("/model_info")
+        async def model_info() -> dict:
+            return {"weight_version": self.weight_version}
 
         @app.post("/generate")
         async def generate(request: Request) -> dict:
