@@ -17,15 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 import agentrl
-from agentrl.config import register_configs
 from agentrl.config.locate import conf_dir, project_root
 from agentrl.config.register import SCHEMAS
 from agentrl.config.trainer import GRPOTrainerConfig
+from agentrl.testing.config import compose_config
 
 OPTIONS = [(group, option) for group, options in SCHEMAS.items() for option in options]
 PACKAGE = Path(agentrl.__file__).parent
@@ -90,11 +88,7 @@ def test_max_staleness_has_one_owner_and_the_docs_say_its_value():
     default = GRPOTrainerConfig().max_staleness
     assert default == 1, "trainer=grpo overlaps play and train by default (the behaviour users got)"
     assert "max_staleness:" not in option_file("trainer", "grpo"), "conf/trainer/grpo.yaml restates it"
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=["trainer=grpo"])
-    GlobalHydra.instance().clear()
+    cfg = compose_config("trainer=grpo")
     assert cfg.trainer.max_staleness == default
     readme = (project_root() / "README.md").read_text(encoding="utf-8")
     said = re.findall(r"trainer\.max_staleness=[^`]*` \(default (\d)", readme)
