@@ -5,17 +5,12 @@ built-in trainer."""
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from agentrl.testing.mlflow_store import seed_store
-from agentrl.testing.tiny_models import seed_tiny_model
+from agentrl.testing.cli import run_agentrl
 
-REPO = Path(__file__).resolve().parents[2]
 RUBRIC = ("reward.rubric={_target_:agentrl.rubrics.WeightedSum,"
           "parts:{grade:{_target_:agentrl.rubrics.Score,name:grade},"
           "format:{_target_:agentrl.rubrics.Format,pattern:submit_schedule}},"
@@ -30,15 +25,7 @@ TINY = ["trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.e
 def test_two_trl_steps_log_each_rubric_part(tmp_path: Path) -> None:
     home = tmp_path / "home"
     args = ["+recipe=gridsim_grpo", "trainer=trl", "reward=rubric", RUBRIC, *TINY, "trainer.steps=2"]
-    seed_tiny_model(args, home / "outputs" / "models")
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1"}
-    done = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-4000:]
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    client = run_agentrl(args, home).client()
     [run] = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert run.data.params["reward/_target_"] == "agentrl.rubrics.RubricReward"
     for part in ("grade", "format", "total"):

@@ -3,17 +3,10 @@ through MLflow's API, hold each play's turns, its tool calls with the env's answ
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from mlflow import MlflowClient
+from agentrl.testing.cli import run_agentrl
 
-from agentrl.testing.mlflow_store import seed_store
-from agentrl.testing.tiny_models import seed_tiny_model
-
-REPO = Path(__file__).resolve().parents[2]
 ARGS = ["+recipe=gridsim_grpo", "trainer.steps=1", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2",
         "trainer.eval_limit=2", "trainer.eval_every=1", "trainer.checkpoint_every=0", "trainer.max_extra_rows=0",
         "trainer.warm_start.steps=2", "trainer.warm_start.batch_samples=2", "agent.max_response_tokens=24",
@@ -22,15 +15,7 @@ ARGS = ["+recipe=gridsim_grpo", "trainer.steps=1", "trainer.prompts_per_step=2",
 
 
 def test_a_short_run_traces_its_plays_with_their_tool_calls_and_env_answers(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    seed_tiny_model(ARGS, home / "outputs" / "models")
-    uri = seed_store(home / "mlflow.db")
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": uri, "OMP_NUM_THREADS": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, "-m", "agentrl", *ARGS], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-4000:]
-    client = MlflowClient(tracking_uri=uri)
+    client = run_agentrl(ARGS, tmp_path / "home").client()
     [run] = client.search_runs([e.experiment_id for e in client.search_experiments()])
     traces = list(client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id,
                                        max_results=500))
@@ -40,6 +25,8 @@ def test_a_short_run_traces_its_plays_with_their_tool_calls_and_env_answers(tmp_
     # Every training play (2 prompts x 2 samples at step 1) and every eval play (2 tasks at steps 0 and 1).
     assert len(by_split["train"]) == 4 and {t.info.tags["step"] for t in by_split["train"]} == {"1"}
     assert len(by_split["eval"]) == 4 and {t.info.tags["step"] for t in by_split["eval"]} == {"0", "1"}
+    # The warm start this run made: its eval's plays (2 tasks) too, at its last SFT step.
+    assert len(by_split["warm_start/eval"]) == 2 and {t.info.tags["step"] for t in by_split["warm_start/eval"]} == {"2"}
     answered = 0
     for trace in traces:
         tags = trace.info.tags
