@@ -8,6 +8,7 @@ from typing import Any
 from omegaconf import II, MISSING
 
 from agentrl.config.sampling import Sampling
+from agentrl.config.staleness import check_retired_overlap, check_staleness
 
 # The GRPO family's choices (docs/training.md "Algorithms"; the math is agentrl/trainers/grpo_math.py).
 LOSSES = ("grpo", "dr_grpo", "dapo", "gspo")
@@ -57,26 +58,6 @@ def check_algorithm(c: Any, key: str = "trainer") -> None:
         raise ValueError(f"{key}.clip_low must be in [0, 1) (the ratio's floor is 1 - clip_low), got {low}")
     if _is_set(high) and float(high) < 0:
         raise ValueError(f"{key}.clip_high must be >= 0, got {high}")
-
-
-STALE_POLICIES = ("wait", "pace", "drop")  # trainer.stale_policy (agentrl/trainers/play_ahead.py)
-
-
-def check_retired_overlap(c: Any) -> None:
-    """The retired `trainer.off_policy_steps`, when set, fails naming its heir `trainer.max_staleness`."""
-    if getattr(c, "off_policy_steps", None) is not None:
-        raise ValueError(f"trainer.off_policy_steps was renamed trainer.max_staleness (K: how many weight versions "
-                         f"a trained sample may lag the one that sampled its first token; 0 plays then trains, 1 is "
-                         f"the old overlap): set trainer.max_staleness={c.off_policy_steps} instead")
-
-
-def check_staleness(c: Any) -> None:
-    """`trainer.max_staleness` (K >= 0) and `trainer.stale_policy` of the built-in GRPO."""
-    check_retired_overlap(c)
-    if not isinstance(c.max_staleness, int) or c.max_staleness < 0:
-        raise ValueError(f"trainer.max_staleness must be an integer >= 0 (0: play, then train), got {c.max_staleness!r}")
-    if c.stale_policy not in STALE_POLICIES:
-        raise ValueError(f"trainer.stale_policy={c.stale_policy!r}: choose one of {', '.join(STALE_POLICIES)}")
 
 
 # What Miles does instead of each built-in choice its launch does not map: the flags to pass in trainer.extra_args

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from agentrl.config.trainer import STALE_POLICIES
+from agentrl.config.staleness import STALE_POLICIES
 
 T = TypeVar("T")
 
