@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,13 @@ def test_an_adapter_folder_is_served_and_merged_as_base_plus_adapter(tmp_path: P
     assert torch.allclose(_logits(AutoModelForCausalLM.from_pretrained(merged)), want, atol=1e-4)
     with pytest.raises(ValueError, match="not a LoRA adapter folder"):
         merge_lora(path, tmp_path / "again")
+    # model=hf model.path=<adapter folder> is checked with its base; a base that moved is named.
+    from agentrl.models.hf import local_model
+
+    assert local_model(str(tmp_path / "final_model")) == str(tmp_path / "final_model")
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "final_model", moved)
+    config = json.loads((moved / "adapter_config.json").read_text())
+    (moved / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": "/nowhere/base"}))
+    with pytest.raises(ValueError, match="applies to base model /nowhere/base, which is not a local model folder"):
+        local_model(str(moved))
