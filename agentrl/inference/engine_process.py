@@ -124,6 +124,13 @@ class ProcessEngine:
                 shutil.rmtree(folder, ignore_errors=True)
         return self.weight_version
 
+    def update_adapter(self, adapter: Mapping[str, Any], lora: Any, *, timeout: float | None = None,
+                       mode: str = "wait") -> int:
+        """Hand the child a LoRA adapter (`EmbeddedEngine.update_adapter`); it is small, so it goes over the pipe."""
+        arrays = {k: v.detach().to("cpu").float().numpy() for k, v in adapter.items()}  # plain pickles, no shm
+        self.weight_version = int(self._call("update_adapter", arrays, lora, mode).result(timeout=timeout))
+        return self.weight_version
+
     @property
     def stats(self) -> EngineStats:
         """The child engine's counters (`idle_fraction()` included), read now."""
@@ -224,9 +231,15 @@ def _child_main(conn: Any, model_path: str, threads: int, engine_kwargs: dict[st
         exc = fut.exception()
         reply(call_id, exc is None, fut.result() if exc is None else exc)
 
-    def push(call_id: int, folder: str, mode: str) -> None:
+    def push(call_id: int, op: str, args: tuple) -> None:
         try:
-            reply(call_id, True, engine.update_weights(folder, mode=mode))
+            if op == "update_weights":
+                folder, mode = args
+                reply(call_id, True, engine.update_weights(folder, mode=mode))
+            else:
+                arrays, lora, mode = args
+                adapter = {k: torch.from_numpy(v) for k, v in arrays.items()}
+                reply(call_id, True, engine.update_adapter(adapter, lora, mode=mode))
         except Exception as exc:  # noqa: BLE001 - a bad update fails its caller
             reply(call_id, False, exc)
 
@@ -251,8 +264,8 @@ def _child_main(conn: Any, model_path: str, threads: int, engine_kwargs: dict[st
                 fut = running.get(call_id)
                 if fut is not None:
                     fut.request.cancelled = True  # the worker drops it at its next step
-            elif op == "update_weights":
-                threading.Thread(target=push, args=(call_id, *args), daemon=True).start()  # blocks until applied
+            elif op in ("update_weights", "update_adapter"):
+                threading.Thread(target=push, args=(call_id, op, args), daemon=True).start()  # blocks until applied
             elif op == "stats":
                 reply(call_id, True, engine.stats)
     finally:

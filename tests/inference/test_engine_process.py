@@ -65,3 +65,29 @@ async def test_a_killed_child_is_named_to_every_caller(random_model):
             await eng.generate(PROMPT, max_tokens=3)
     finally:
         eng.close()
+
+
+def test_a_lora_adapter_reaches_the_child(tmp_path):
+    from agentrl.config.model import LoraConfig, ModelConfig
+    from agentrl.inference.engine import EmbeddedEngine
+    from agentrl.testing.tiny_models import shared_tiny_model
+    from agentrl.trainers.learner import Learner
+    from agentrl.trainers.trained_model import load_trained_model
+
+    path = shared_tiny_model()
+    lora = LoraConfig(enabled=True, rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])
+    model = load_trained_model(path, ModelConfig(_target_="agentrl.models.hf.local_model", path=path, lora=lora))
+    with torch.no_grad():  # a trained adapter, large enough to change the greedy reply
+        for name, p in model.named_parameters():
+            if ".lora_" in name:
+                p.normal_(0.0, 0.3 if "lora_B" in name else 0.5)
+    learner = Learner(model, lr=1e-3, lora=lora)
+    with EmbeddedEngine(path) as here, ProcessEngine(path, threads=1) as child:
+        before = asyncio.run(child.generate(PROMPT, max_tokens=8, temperature=0.0, ignore_eos=True)).token_ids
+        learner.push(here)
+        learner.push(child)
+        assert child.weight_version == 1 and learner.pushed_bytes > 0
+        want = asyncio.run(here.generate(PROMPT, max_tokens=8, temperature=0.0, ignore_eos=True))
+        got = asyncio.run(child.generate(PROMPT, max_tokens=8, temperature=0.0, ignore_eos=True))
+    assert got.token_ids == want.token_ids != before
+    assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-4)
