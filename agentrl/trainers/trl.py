@@ -32,6 +32,7 @@ from agentrl.trainers.trl_args import (
     check_config,
     grpo_config_kwargs,
     launch_command,
+    peft_kwargs,
     report,
     use_cpu,
 )
@@ -149,7 +150,7 @@ class TRLTrainer(TrainerBase):
         run_dir = Path(plan.run_dir)
         kwargs = grpo_config_kwargs(s, output_dir=checkpoint_root(s, "<mlflow-run-id>"), cpu=use_cpu(t))
         multi = t.num_processes > 1
-        lines = [report(kwargs, launch_command(t, run_dir / "trl_spec.json") if multi else None),
+        lines = [report(kwargs, launch_command(t, run_dir / "trl_spec.json") if multi else None, peft_kwargs(s)),
                  "rollout_func: agentrl.trainers.trl_worker.Bridge (agent "
                  f"{plan.choices.get('agent')}, reward {plan.choices.get('reward')}, max_turns={s.agent.max_turns})",
                  f"eval: agentrl's evaluator on split {s.env.eval_split} (limit {t.eval_limit}) before "

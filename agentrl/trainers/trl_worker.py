@@ -33,12 +33,13 @@ from agentrl.group_filter import FAILED, group_drop_reason
 from agentrl.trainers.episode_traces import TraceAs
 from agentrl.trainers.eval_results import EvalSink
 from agentrl.trainers.evaluate import trainer_eval
+from agentrl.trainers.lora import push
 from agentrl.trainers.resume import TRANSFORMERS, checkpoint_step, resumed_history, write_record
 from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
 from agentrl.trainers.step_parts import RowStream
 from agentrl.trainers.step_products import StepStats
-from agentrl.trainers.trl_args import grpo_config_kwargs, use_cpu
+from agentrl.trainers.trl_args import grpo_config_kwargs, peft_config, use_cpu
 from agentrl.trainers.trl_steps import PlayedStep, gather_step, make_callback
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,8 @@ class Bridge:
             return 0.0
         started = time.monotonic()
         model = trainer.accelerator.unwrap_model(trainer.model)
-        self.services.engine.update_weights({k: v.detach() for k, v in model.state_dict().items()})
+        # Under model.lora (TRL's peft_config) the adapter alone, or the merged weights with push=merged.
+        push(model, self.services.engine, self.settings.model.lora)
         self.synced_step = trainer.state.global_step
         return time.monotonic() - started
 
@@ -179,6 +181,23 @@ def record_callback(record: dict[str, Any], bridge: Bridge) -> Any:
     return RecordCallback()
 
 
+def trained_model(settings: Any, start_path: str) -> tuple[Any, Any]:
+    """GRPOTrainer's `model` and `peft_config`: the start folder and `model.lora`'s adapter config; a LoRA warm
+    start's adapter folder is loaded as its base with that adapter, trained further (TRL takes the PeftModel)."""
+    from agentrl.models.lora_folder import adapter_base
+
+    base = adapter_base(start_path) if settings.model.lora.enabled else None
+    if base is None:
+        return start_path, peft_config(settings)
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.trainers.lora import with_adapter
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, settings.model.dtype),
+                                                 local_files_only=True)
+    return with_adapter(model, start_path, trainable=True), None
+
+
 def train(plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Sink | None,
           resume_from: str | None = None, record: dict[str, Any] | None = None, traces: Any = None) -> dict[str, Any]:
     """Train with TRL from `start_path`; rank 0 returns the final metrics (every rank writes its weight digest).
@@ -219,7 +238,8 @@ def train(plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Si
     final: dict[str, Any] = {}
     try:
         trainer_ref: list[Any] = []
-        trainer = GRPOTrainer(model=start_path, reward_funcs=[agentrl_reward], args=args,
+        model, peft = trained_model(settings, start_path)
+        trainer = GRPOTrainer(model=model, reward_funcs=[agentrl_reward], args=args, peft_config=peft,
                               train_dataset=train_dataset(settings, plan.bundle), processing_class=tokenizer,
                               callbacks=[make_callback(bridge, trainer_ref),
                                          *([record_callback(record, bridge)] if record else [])], rollout_func=bridge)
