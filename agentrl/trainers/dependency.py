@@ -144,7 +144,13 @@ class Breaker:
         dep.last_probe = time.monotonic()
         dep.unhealthy = False
         try:
-            response = await client.get(dep.health_url, timeout=PROBE_TIMEOUT_S)
+            try:
+                response = await client.get(dep.health_url, timeout=PROBE_TIMEOUT_S)
+            except httpx.RemoteProtocolError:
+                # A pooled keep-alive connection the server closed just as the probe reused it (uvicorn drops idle
+                # ones after 5 s) looks like a disconnect; it says nothing of the server, so ask once more on a
+                # new connection. A server that really hangs up fails the second ask too.
+                response = await client.get(dep.health_url, timeout=PROBE_TIMEOUT_S)
             answer = "" if response.status_code == 200 else \
                 f"answered HTTP {response.status_code}: {response.text[:200]}"
             dep.unhealthy = bool(answer)

@@ -250,3 +250,35 @@ async def test_wait_replays_when_the_server_is_back_by_the_time_the_breaker_trip
         for _, stop in back:
             stop()
     assert calls == {0: 2} and done[0][0].failure is None
+
+
+async def _closes_each_kept_alive_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer a connection's first request 200 (keep-alive), then drop it when the next request arrives: the
+    race a pooled client meets when the server closes an idle connection just as the client reuses it."""
+    await reader.readuntil(b"\r\n\r\n")
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n"
+                 b"Connection: keep-alive\r\n\r\n{\"status\":\"ok\"}")
+    await writer.drain()
+    try:
+        await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    writer.close()
+
+
+async def test_a_kept_alive_connection_closed_under_the_probe_is_not_trouble() -> None:
+    server = await asyncio.start_server(_closes_each_kept_alive_connection, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    dep = Dependency("env server", url, ENV_FAILURES)
+    b = Breaker([dep])
+    from agentrl.http import async_client
+
+    try:
+        async with async_client() as client:
+            assert await b.probe(client, dep)
+            # the pooled connection is dropped under this probe: one fresh ask answers, so no trouble is recorded
+            assert await b.probe(client, dep), dep.health
+            assert not dep.troubled and not dep.went_down
+    finally:
+        server.close()
+        await server.wait_closed()
