@@ -5,17 +5,12 @@ MLflow."""
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from agentrl.testing.mlflow_store import seed_store
-from agentrl.testing.tiny_models import seed_tiny_model
+from agentrl.testing.cli import run_agentrl
 
-REPO = Path(__file__).resolve().parents[2]
 TINY = ["trainer.prompts_per_step=4", "trainer.samples_per_prompt=2", "trainer.eval_limit=4",
         "trainer.eval_every=1", "trainer.warm_start.steps=2", "trainer.warm_start.batch_samples=2",
         "agent.max_response_tokens=24", "trainer.max_extra_rows=0", "model.hidden_size=32", "model.num_layers=1",
@@ -29,15 +24,7 @@ MIX = ["env=mix", "env.bundles={gridsim:0.5,rg:{env:reasoning_gym,weight:0.5,lev
 def test_two_mixed_steps_log_finite_per_bundle_metrics(trainer: str, tmp_path: Path) -> None:
     home = tmp_path / "home"
     args = [*MIX, f"trainer={trainer}", *TINY, "trainer.steps=2"]
-    seed_tiny_model(args, home / "outputs" / "models")
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1"}
-    done = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-4000:]
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    client = run_agentrl(args, home).client()
     [run] = client.search_runs([e.experiment_id for e in client.search_experiments()])
     metrics = run.data.metrics
     for key in ("train/reward", "eval/reward", "eval_greedy/reward", "warm_start/eval/reward"):

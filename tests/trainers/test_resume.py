@@ -5,19 +5,15 @@ the checkpoint's own MLflow run, and trainer=trl resuming from TRL's own checkpo
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from agentrl.testing.mlflow_store import seed_store
-from agentrl.testing.tiny_models import seed_tiny_model
+from agentrl.testing.cli import run_agentrl
 from agentrl.trainers.resume import identity, resume_mode
 
-REPO = Path(__file__).resolve().parents[2]
 TINY = ["trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=3", "trainer.eval_every=0",
         "trainer.checkpoint_every=1", "trainer.warm_start.steps=2", "trainer.warm_start.batch_samples=2",
         "agent.max_response_tokens=24", "trainer.max_extra_rows=0", "model.hidden_size=32", "model.num_layers=1",
@@ -25,11 +21,7 @@ TINY = ["trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.e
 
 
 def _cli(args: list[str], home: Path) -> subprocess.CompletedProcess:
-    seed_tiny_model(args, home / "outputs" / "models")  # the model the run would build, built once per session
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1"}
-    return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1500)
+    return run_agentrl(args, home, check=False).process
 
 
 def _ok(done: subprocess.CompletedProcess) -> str:
