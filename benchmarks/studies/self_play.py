@@ -17,6 +17,7 @@ after `--`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -35,17 +36,31 @@ def wml(per_match: dict[int, float]) -> str:
     return f"{m:+.3f} ± {se:.3f} ({m / se if se else float('nan'):.1f} se)"
 
 
+def cached(home: Path, key: str, play, *args, **kwargs):
+    """`play(*args, **kwargs)`'s (metrics, score per match), kept in `home/self_play_evals.json` under `key`: a later call (more
+    seeds, the final table) reuses an evaluation instead of playing it again."""
+    store = home / "self_play_evals.json"
+    known = json.loads(store.read_text()) if store.is_file() else {}
+    if key not in known:
+        metrics, per_match = play(*args, **kwargs)
+        known = json.loads(store.read_text()) if store.is_file() else {}
+        known[key] = [metrics, {str(i): v for i, v in per_match.items()}]
+        store.write_text(json.dumps(known, indent=1))
+    metrics, per_match = known[key]
+    return metrics, {int(i): float(v) for i, v in per_match.items()}
+
+
 def paired(before: dict[int, float], after: dict[int, float]) -> tuple[list[float], str]:
     diffs = [after[i] - before[i] for i in sorted(set(before) & set(after))]
     d, se = mean_se(diffs)
     return diffs, f"{d:+.3f} ± {se:.3f} ({d / se if se else float('nan'):.1f} se)"
 
 
-def train(home: Path, seed: int, extra: list[str], threads: int, warm: str | None) -> tuple[Path, float]:
+def train(home: Path, seed: int, extra: list[str], threads: int, warm: str) -> tuple[Path, float]:
     """The seed's run folder (trained now unless it holds a final model) and its wall seconds."""
     run_dir = home / "self_play" / f"seed-{seed}"
     overrides = [f"+recipe={RECIPE}", f"seed={seed}", *extra]
-    if warm:
+    if seed != 0:
         overrides.append(f"trainer.warm_start.checkpoint={warm}")
     if not (run_dir / "final_model" / "config.json").is_file():  # trained once; later calls only evaluate
         wall = cli(home, [*overrides, f"hydra.run.dir={run_dir}"], home / f"self_play-seed-{seed}.log", threads)
@@ -61,7 +76,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     from agentrl.trainers.checkpoint_match import checkpoint_matches
     from agentrl.trainers.warm_start import warm_start_path
 
-    warm: str | None = None
+    # Seed 0's own warm start (made here if missing; its run reuses it); the later seeds start from it.
+    warm = warm_start_path(plan_for(compose([f"+recipe={RECIPE}", "seed=0", *extra]), home / "run-start"))
     start: dict[str, tuple[dict[str, float], dict[int, float]]] = {}  # the warm start's evals, made once
     rows, greedy_rows, vs_rows = [], [], []
     pooled: dict[str, list[list[float]]] = {"sampled": [], "greedy": []}
@@ -69,14 +85,13 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
         run_dir, wall = train(home, seed, extra, args.threads, warm)
         cfg = compose([f"+recipe={RECIPE}", f"seed={seed}", *extra])
         plan = plan_for(cfg, home / "run-eval")
-        warm = warm or warm_start_path(plan)  # seed 0's own warm start; the later seeds start from it
         final = str(run_dir / "final_model")
         for label, temperature, table in (("sampled", None, rows), ("greedy", 0.0, greedy_rows)):
             # Every model samples with the sampling seeds of eval seed 0: paired by match and by draw.
             if label not in start:
-                start[label] = scores(cfg, plan, warm, 0, temperature)
+                start[label] = cached(home, f"{warm}|{label}", scores, cfg, plan, warm, 0, temperature)
             m0, before = start[label]
-            m1, after = scores(cfg, plan, final, 0, temperature)
+            m1, after = cached(home, f"{final}|{label}", scores, cfg, plan, final, 0, temperature)
             diffs, diff = paired(before, after)
             pooled[label].append(diffs)
             table.append(f"| {seed} | {m0['eval/reward']:.3f} | {wml(before)} | {m1['eval/reward']:.3f} | "
@@ -84,7 +99,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
             print(table[-1], flush=True)
         vs_cfg = compose([f"+recipe={RECIPE}", f"seed={seed}", "env.eval_opponent=null", *extra])
         vs_plan = plan_for(vs_cfg, home / "run-eval-vs")
-        vm, per_match = checkpoint_matches(vs_plan, final, warm, sampling=vs_plan.sampling, seed_parts=(seed, "env-bench"))
+        vm, per_match = cached(home, f"{final}|vs|{warm}", checkpoint_matches, vs_plan, final, warm,
+                                 sampling=vs_plan.sampling, seed_parts=(seed, "env-bench"))
         vs_rows.append(f"| {seed} | {vm['checkpoint/reward']:.3f} ± {vm['checkpoint/reward_stderr']:.3f} | "
                        f"{wml(per_match)} | {vm['checkpoint/win_share']:.3f} / {vm['checkpoint/draw_share']:.3f} / "
                        f"{vm['checkpoint/loss_share']:.3f} | {vm['checkpoint/reward_seat0']:.3f} | "
