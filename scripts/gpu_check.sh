@@ -7,7 +7,9 @@
 #      step-time split it logged to MLflow (time/generate_wait_s, time/train_s, time/weight_push_s);
 #   2. a ~0.6B Qwen3-architecture model made locally (random weights, nothing downloaded): generation tokens/s
 #      through agentrl's EmbeddedEngine, training tokens/s through agentrl's Learner (GRPO loss, AdamW, float32
-#      weights with bf16 autocast), peak GPU memory, and a GRPO step's split (rollout / train step / weight push).
+#      weights with bf16 autocast), peak GPU memory, and a GRPO step's split (rollout / train step / weight push);
+#   3. recipes/gridsim_lora_4b.yaml's learner on a Qwen3-4B-shaped model made locally (random bf16 weights): LoRA
+#      rank 16, gradient checkpointing, one GRPO step, its peak GPU memory against docs/models.md's projection.
 # Usage (the device call; see docs/miles.md "GPU check"): bash scripts/gpu_check.sh
 # CPU smoke test of the script itself (about a minute): GPU_CHECK_DEVICE=cpu GPU_CHECK_SMALL=1 bash scripts/gpu_check.sh
 # (add GPU_CHECK_NO_WHEELS=1 where every dependency is installed; scripts/gpu_rehearsal.sh plays the GPU image).
@@ -235,6 +237,60 @@ print(f"peak GPU memory (torch allocator): generation {gib(gen_peak)}, training 
 engine.close()
 PY
 RC2=$?
+
+echo "== 3. LoRA on a Qwen3-4B-shaped model (random weights): recipes/gridsim_lora_4b.yaml's learner, peak memory"
+# The recipe's learner settings (model.lora rank 16 on the 7 projections, bf16 weights, gradient checkpointing,
+# micro-batch 4 of 2,048 tokens) for one GRPO step; docs/models.md "LoRA on one GPU" projects ~17 GB for it.
+timeout $(( 150 * SCALE )) python3 - "$DEVICE" "$SMALL" <<'PY'
+import sys, time
+from types import SimpleNamespace
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from agentrl.config.model import LoraConfig
+from agentrl.trainers.learner import Learner, TrainItem
+from agentrl.trainers.lora import parameter_counts, wrap
+from agentrl.trainers.trained_model import prepare_for_training
+
+device, small = sys.argv[1], sys.argv[2] == "1"
+cuda = device.startswith("cuda")
+shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=16, vocab_size=2048) if small else dict(
+    hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+    head_dim=128, vocab_size=151936)
+cfg = Qwen3Config(max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=1000000.0, **shape)
+dtype = torch.bfloat16 if cuda else torch.float32
+torch.manual_seed(0)
+torch.set_default_dtype(dtype)
+with torch.device(device):
+    model = Qwen3ForCausalLM(cfg)
+torch.set_default_dtype(torch.float32)
+base_gib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
+model = prepare_for_training(model, SimpleNamespace(gradient_checkpointing=True))  # as model.gradient_checkpointing
+lora = LoraConfig(enabled=True, rank=16, alpha=32.0)
+model = wrap(model, lora)
+trained, total = parameter_counts(model)
+learner = Learner(model, lr=2e-4, micro_batch_samples=4, lora=lora)
+S, P = (4, 64) if small else (4, 2048)
+items = [TrainItem(torch.randint(10, cfg.vocab_size, (P,)).tolist(), [0] * (P // 2) + [1] * (P - P // 2),
+                   [-5.0] * P, a) for a in (-1.0, -0.3, 0.3, 1.0)][:S]
+if cuda:
+    torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
+t = time.perf_counter()
+metrics = learner.step(items)
+if cuda:
+    torch.cuda.synchronize()
+step_s = time.perf_counter() - t
+state = sum(v.numel() * v.element_size() for st in learner.optimizer.state.values() for v in st.values()
+            if torch.is_tensor(v) and v.dim() > 0)
+peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")
+print(f"lora 4b: {total / 1e6:,.1f}M parameters ({base_gib:.1f} GiB of base weights), {trained / 1e6:.1f}M trained "
+      f"({100 * trained / total:.2f}%), AdamW state {state / 2**20:.0f} MiB, grad_norm {metrics['train/grad_norm']:.3g}")
+print(f"lora 4b: one GRPO step over {S} x {P} tokens in {step_s:.2f}s; peak GPU memory (torch allocator) "
+      + (f"{peak:.1f} GiB (docs/models.md projects ~17 GB for the learner)" if cuda else "n/a (cpu)"))
+PY
+RC3=$?
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader
-echo "== done in $(( $(date +%s) - START ))s (tiny recipe exit $RC, 0.6B benchmark exit $RC2)"
-[ "$RC" = 0 ] && [ "$RC2" = 0 ]
+echo "== done in $(( $(date +%s) - START ))s (tiny recipe exit $RC, 0.6B benchmark exit $RC2, lora 4b exit $RC3)"
+[ "$RC" = 0 ] && [ "$RC2" = 0 ] && [ "$RC3" = 0 ]

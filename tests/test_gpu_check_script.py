@@ -60,6 +60,9 @@ def test_gpu_check_cpu_smoke(tmp_path: Path) -> None:
         r"weight push {N}s \(\d+%\); total {N}s", out)
     assert min(rollout, train_step) > 0 and weight_push >= 0
     assert abs(rollout + train_step + weight_push - total) < 0.02
-    assert re.search(r"== done in \d+s \(tiny recipe exit 0, 0.6B benchmark exit 0\)", out)
+    # Part 3: the LoRA 4B recipe's learner (here its small shape): an adapter trains, one step has a gradient.
+    assert re.search(r"lora 4b: [\d.,]+M parameters .*, [\d.]+M trained \([\d.]+%\), AdamW state", out), out
+    assert re.search(r"lora 4b: one GRPO step over 4 x \d+ tokens in [\d.]+s", out)
+    assert re.search(r"== done in \d+s \(tiny recipe exit 0, 0.6B benchmark exit 0, lora 4b exit 0\)", out)
     # The script cleans up its work folder (models, the MLflow store) on exit.
     assert not list(tmp_path.glob("agentrl-gpu-check.*"))
