@@ -13,9 +13,9 @@ import pytest
 from agentrl.agents.record import Rollout
 from agentrl.config.trainer import GRPOTrainerConfig
 from agentrl.plan import PlanError, build_plan
+from agentrl.testing.config import compose_config
 from agentrl.trainers.learner import Algorithm, Learner, items_from
 from agentrl.trainers.role_advantages import RoleBaselines, hierarchical_advantages, per_role_advantages
-from tests.trainers.test_algorithms import compose
 
 # Two rows of co-evolution-like plays: solver groups of 4, 3 and 2 (the last a tie), selectors of 1 and 2.
 REWARDS = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.2, 1.2, 0.0]
@@ -102,7 +102,7 @@ def test_a_learner_keeps_its_rae_baselines_from_step_to_step() -> None:
 
 def test_the_config_takes_each_kind_and_refuses_bad_values_naming_the_key(tmp_path: Path) -> None:
     def algo(*overrides: str) -> Algorithm:
-        return Algorithm.from_config(compose(["+recipe=gridsim_grpo", *overrides]).trainer)
+        return Algorithm.from_config(compose_config("+recipe=gridsim_grpo", *overrides).trainer)
 
     assert algo("trainer.advantage=per_role").advantage == "per_role"
     rae = algo("trainer.advantage=rae", "trainer.rae_decay=0.9")
@@ -113,16 +113,16 @@ def test_the_config_takes_each_kind_and_refuses_bad_values_naming_the_key(tmp_pa
         GRPOTrainerConfig(advantage="rae", rae_decay=1.5)
     with pytest.raises(ValueError, match="trainer.advantage=per_role contradicts trainer.loss=dr_grpo"):
         GRPOTrainerConfig(loss="dr_grpo", advantage="per_role")
-    cfg = compose(["+recipe=gridsim_grpo", "trainer.advantage=per_roles"])
+    cfg = compose_config("+recipe=gridsim_grpo", "trainer.advantage=per_roles")
     with pytest.raises(PlanError, match="trainer.advantage='per_roles'"):
         build_plan(cfg, choices={}, run_dir=tmp_path)
 
 
 def test_hierarchical_episode_roles_must_be_roles_the_agent_plays(tmp_path: Path) -> None:
-    cfg = compose(["+recipe=arith_co_evolution", "trainer.advantage=hierarchical", "trainer.episode_roles=[solvr]"])
+    cfg = compose_config("+recipe=arith_co_evolution", "trainer.advantage=hierarchical", "trainer.episode_roles=[solvr]")
     with pytest.raises(PlanError, match=r"trainer.episode_roles=\['solvr'\] names \['solvr'\].*solver, rewriter"):
         build_plan(cfg, choices={}, run_dir=tmp_path)
-    single = compose(["+recipe=gridsim_grpo", "trainer.advantage=hierarchical"])  # its one role is `agent`
+    single = compose_config("+recipe=gridsim_grpo", "trainer.advantage=hierarchical")  # its one role is `agent`
     with pytest.raises(PlanError, match=r"names \['solver'\], which this agent does not play \(its roles: agent\)"):
         build_plan(single, choices={}, run_dir=tmp_path)
 
@@ -132,7 +132,7 @@ def test_miles_and_trl_refuse_the_role_advantages_at_plan_time(tmp_path: Path, k
     from agentrl.trainers.trl_args import TRLConfigError, check_config
     from tests.trainers.test_trl import _settings
 
-    cfg = compose(["+recipe=gridsim_miles", f"trainer.advantage={kind}"])
+    cfg = compose_config("+recipe=gridsim_miles", f"trainer.advantage={kind}")
     with pytest.raises(PlanError, match=f"trainer.advantage={kind} does not apply under trainer=miles.*trainer=grpo"):
         build_plan(cfg, choices={}, run_dir=tmp_path)
     with pytest.raises(TRLConfigError, match=f"trainer.advantage={kind} has no counterpart"):
