@@ -112,7 +112,7 @@ if not steps:
 kept = steps[1:] or steps
 mean = {k: sum(v[s] for s in kept if s in v) / max(1, sum(s in v for s in kept)) for k, v in by_key.items()}
 step_s = mean["time/step_s"]
-# "generate" is what the step waited for: with overlapped rollouts (trainer.off_policy_steps=1, the default) the
+# "generate" is what the step waited for: with overlapped rollouts (trainer.max_staleness=1, the default) the
 # next step's play runs while this one trains, so the play's own time (time/generate_s) is not part of the step.
 parts = [("generate", "time/generate_wait_s"), ("train", "time/train_s"), ("weight push", "time/weight_push_s")]
 print(f"recipe step split (mean of steps {kept[0]}-{kept[-1]}): "
