@@ -27,7 +27,7 @@ def dry_runs(client: MlflowClient, experiment: str = "agentrl-dry-runs") -> list
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", recipe_names())
+@pytest.mark.parametrize("recipe", [r for r in recipe_names() if r != "gridsim_lora_4b"])  # needs model.path: test_recipe_lora_4b
 @pytest.mark.usefixtures("seeded_store")
 def test_dry_run_of_each_recipe_prints_the_plan_and_logs_to_the_dry_run_experiment(
         recipe: str, agentrl_home: Path, tmp_path: Path):

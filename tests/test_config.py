@@ -65,7 +65,7 @@ def test_recipes_exist():
     assert {"gridsim_sft", "gridsim_grpo", "arith_co_evolution", "gridsim_miles"} <= set(recipe_names())
 
 
-@pytest.mark.parametrize("recipe", recipe_names())
+@pytest.mark.parametrize("recipe", [r for r in recipe_names() if r != "gridsim_lora_4b"])  # needs model.path: test_recipe_lora_4b
 def test_recipe_composes_and_is_the_runtime_choice(recipe: str):
     cfg = compose("config", overrides=[f"+recipe={recipe}"], return_hydra_config=True)
     assert cfg.hydra.runtime.choices["recipe"] == recipe
