@@ -53,6 +53,9 @@ def check_algorithm(c: Any, key: str = "trainer") -> None:
         raise ValueError(f"{key}.tis_mode={c.tis_mode!r}: choose one of {', '.join(TIS_MODES)}")
     if getattr(c, "tis_level", "token") not in TIS_LEVELS:
         raise ValueError(f"{key}.tis_level={c.tis_level!r}: choose one of {', '.join(TIS_LEVELS)}")
+    if tis == 0 and (getattr(c, "tis_mode", "truncate"), getattr(c, "tis_level", "token")) != ("truncate", "token"):
+        raise ValueError(f"{key}.tis_mode={c.tis_mode} / tis_level={c.tis_level} weight truncated importance "
+                         f"sampling, which {key}.tis_cap=0 turns off: set tis_cap >= 1 or leave them at their defaults")
     low, high = c.clip_low, c.clip_high
     if _is_set(low) and not 0 <= float(low) < 1:
         raise ValueError(f"{key}.clip_low must be in [0, 1) (the ratio's floor is 1 - clip_low), got {low}")

@@ -291,8 +291,7 @@ class EmbeddedEngine:
     def _admit(self) -> list[Request] | None:
         """New requests to prefill now; None when the engine is closed and idle."""
         if self._batch:
-            if self._pending_weights and all(keep for _, _, keep in self._pending_weights):
-                self._apply_pending_weights(running=True)  # between two decode steps: the rows go on
+            self._apply_pending_weights(running=True)  # keep-mode pushes only: between two decode steps
             if self._pending_weights or self._closed:
                 return []  # drain the running batch before swapping weights or stopping
             return self._drain(self.max_batch_sequences - len(self._batch))
@@ -336,7 +335,11 @@ class EmbeddedEngine:
         return out
 
     def _apply_pending_weights(self, running: bool = False) -> None:
+        """Apply the queued pushes; with `running` (a batch mid-decode) only when every one of them is keep-mode,
+        checked under the lock so that a wait-mode push queued meanwhile is never applied mid-batch."""
         with self._lock:
+            if running and not all(keep for _, _, keep in self._pending_weights):
+                return
             pending, self._pending_weights = self._pending_weights, []
         if not pending:
             return

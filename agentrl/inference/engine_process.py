@@ -63,7 +63,10 @@ class ProcessEngine:
         self.failure: EngineUnavailable | None = None
         self._ids = itertools.count()
         self._waiting: dict[int, concurrent.futures.Future] = {}
-        self._lock = threading.Lock()  # guards _waiting, failure and the pipe's sending end
+        self._lock = threading.Lock()  # guards _waiting and failure; the reader takes it for a moment per reply
+        # Sends have their own lock: a large send (an adapter) under _lock would stop the reader from taking
+        # replies, the child's replies would fill the pipe and block its engine, and no one would read our send.
+        self._send_lock = threading.Lock()
         ctx = mp.get_context("spawn")  # no fork: the parent's threads and torch state stay out of the child
         self._conn, child_end = ctx.Pipe()
         self._proc = ctx.Process(target=_child_main, name="agentrl-engine",
@@ -98,6 +101,7 @@ class ProcessEngine:
                 raise self.failure
             call_id = next(self._ids)
             self._waiting[call_id] = fut
+        with self._send_lock:  # a broken pipe: the reader sees EOF and fails every waiting call, this one too
             self._conn.send((call_id, op, args))
         fut.call_id = call_id  # type: ignore[attr-defined]
         return fut
@@ -109,7 +113,9 @@ class ProcessEngine:
             return await asyncio.wrap_future(fut)
         except asyncio.CancelledError:
             with self._lock:
-                if self.failure is None:
+                alive = self.failure is None
+            if alive:
+                with self._send_lock:
                     self._conn.send((fut.call_id, "cancel", ()))  # type: ignore[attr-defined]
             raise
 
@@ -164,12 +170,15 @@ class ProcessEngine:
     def close(self, timeout: float = 30.0) -> None:
         """Stop the child (its running calls fail) and wait for it to exit."""
         with self._lock:
-            if self.failure is None:
+            closing = self.failure is None
+            if closing:
                 self.failure = _Closed("the engine process is closed")
-                try:
+        if closing:
+            try:
+                with self._send_lock:
                     self._conn.send((-1, "close", ()))
-                except (OSError, BrokenPipeError):
-                    pass
+            except (OSError, BrokenPipeError):
+                pass
         self._proc.join(timeout)
         if self._proc.is_alive():
             self._proc.kill()

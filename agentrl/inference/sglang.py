@@ -142,10 +142,11 @@ class SGLangEngine:
                  **_: Any) -> None:
         from transformers import AutoTokenizer
 
-        from agentrl.models.lora_folder import adapter_base
+        from agentrl.models.lora_folder import adapter_base, folder_lora
 
         base = adapter_base(model_path)  # an adapter folder: its base, served with that adapter
         self.model_path = Path(base or model_path)
+        lora = lora if lora is not None or not base else folder_lora(model_path)  # its own settings, as vLLM's
         self.lora = lora
         self._adapter: str | None = START_ADAPTER if base else None  # the adapter every call goes to
         self.last_push_bytes = 0
@@ -159,6 +160,7 @@ class SGLangEngine:
         self._gate = Admission([], "SGLangEngine")
         self._clients = LoopClients(self.request_timeout)
         self._tmp_weights: list[Path] = []
+        self._adapter_folder: Path | None = None  # the pushed adapter the servers hold
         if urls:
             self.urls = [u.rstrip("/") for u in urls]
         else:
@@ -290,6 +292,11 @@ class SGLangEngine:
                 f.result()
             self._adapter, self.weight_version = name, version
         self.last_push_bytes = folder_bytes(folder)
+        # the servers unloaded the previous adapter: its folder is not needed again (one a step would pile up)
+        stale, self._adapter_folder = self._adapter_folder, folder
+        if stale is not None:
+            self._tmp_weights.remove(stale)
+            shutil.rmtree(stale, ignore_errors=True)
         return version
 
     def close(self, timeout: float = 30.0) -> None:

@@ -108,7 +108,7 @@ class VLLMEngine:
                  log_dir: str | Path | None = None, lora: Any = None, **_: Any) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
-        from agentrl.models.lora_folder import adapter_base
+        from agentrl.models.lora_folder import adapter_base, folder_lora
 
         # An adapter folder (a LoRA run's warm start or checkpoint) is served as its base plus that adapter.
         base = adapter_base(model_path)
@@ -130,7 +130,9 @@ class VLLMEngine:
         self.restarts = 0
         self._weights_root = Path(weights_dir) if weights_dir else None
         self._weights: Path | None = None  # the folder every server holds (None: the model folder)
-        self.lora = lora  # model.lora when adapters are pushed (launched servers then serve them)
+        # model.lora when adapters are pushed (launched servers then serve them); an adapter folder served without
+        # it (an eval of a LoRA run's model) brings its own settings, so the servers can load it
+        self.lora = lora if lora is not None or start_adapter is None else folder_lora(start_adapter)
         self._adapter: tuple[str, Path] | None = None  # (name, folder) of the adapter every call goes to
         self.last_push_bytes = 0  # what the last push wrote for the servers to read: the adapter's, or the model's
         self._gate = Admission([], "VLLMEngine")

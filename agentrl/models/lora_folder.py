@@ -57,3 +57,15 @@ def adapter_scaling(config: dict) -> float:
     """The factor PEFT scales B @ A by: alpha / r, or alpha / sqrt(r) under rsLoRA."""
     rank, alpha = int(config["r"]), float(config.get("lora_alpha", config["r"]))
     return alpha / rank ** 0.5 if config.get("use_rslora") else alpha / rank
+
+
+def folder_lora(path: str | Path):  # -> agentrl.config.model.LoraConfig
+    """The adapter folder's own settings as `model.lora` (enabled, push=adapter): what an engine serving the folder
+    needs (rank, modules) when the run itself set no `model.lora`, e.g. `agentrl eval` of a LoRA run's final model."""
+    from agentrl.config.model import LoraConfig
+
+    c = adapter_config(path)
+    modules = c.get("target_modules") or []
+    return LoraConfig(enabled=True, rank=int(c["r"]), alpha=float(c.get("lora_alpha", c["r"])),
+                      dropout=float(c.get("lora_dropout", 0.0)),
+                      target_modules=[modules] if isinstance(modules, str) else sorted(modules))

@@ -146,10 +146,10 @@ class Breaker:
         try:
             try:
                 response = await client.get(dep.health_url, timeout=PROBE_TIMEOUT_S)
-            except httpx.RemoteProtocolError:
-                # A pooled keep-alive connection the server closed just as the probe reused it (uvicorn drops idle
-                # ones after 5 s) looks like a disconnect; it says nothing of the server, so ask once more on a
-                # new connection. A server that really hangs up fails the second ask too.
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                # A pooled keep-alive connection the server closed just as the probe reused it looks like a
+                # disconnect and says nothing of the server: ask once more on a new connection (agentrl.http drops
+                # idle connections before uvicorn does; this is the backstop). A dead server fails the second ask.
                 response = await client.get(dep.health_url, timeout=PROBE_TIMEOUT_S)
             answer = "" if response.status_code == 200 else \
                 f"answered HTTP {response.status_code}: {response.text[:200]}"

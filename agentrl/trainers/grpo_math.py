@@ -210,7 +210,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     weight = torch.ones_like(gap)
     if tis_cap > 0:
         raw = torch.exp(gap)
-        weight = raw.clamp(max=tis_cap) if tis_mode == "truncate" else raw * (raw <= tis_cap)
+        # mask with where, not raw * (raw <= cap): exp of a large gap is inf, and inf * 0 is NaN
+        weight = raw.clamp(max=tis_cap) if tis_mode == "truncate" else torch.where(raw <= tis_cap, raw, 0.0)
     ratio = torch.exp(log_ratio)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv

@@ -182,20 +182,21 @@ def record_callback(record: dict[str, Any], bridge: Bridge) -> Any:
 
 
 def trained_model(settings: Any, start_path: str) -> tuple[Any, Any]:
-    """GRPOTrainer's `model` and `peft_config`: the start folder and `model.lora`'s adapter config; a LoRA warm
-    start's adapter folder is loaded as its base with that adapter, trained further (TRL takes the PeftModel)."""
+    """GRPOTrainer's `model` and `peft_config`: the start folder and `model.lora`'s adapter config. A LoRA warm
+    start's adapter folder is loaded as its base with that adapter: trained further under `model.lora` (TRL takes
+    the PeftModel), else merged in and the whole model trained, as `trained_model.load_trained_model` does."""
     from agentrl.models.lora_folder import adapter_base
 
-    base = adapter_base(start_path) if settings.model.lora.enabled else None
+    base = adapter_base(start_path)
     if base is None:
         return start_path, peft_config(settings)
     from transformers import AutoModelForCausalLM
 
     from agentrl.trainers.lora import with_adapter
+    from agentrl.trainers.trained_model import train_dtype
 
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, settings.model.dtype),
-                                                 local_files_only=True)
-    return with_adapter(model, start_path, trainable=True), None
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=train_dtype(settings.model), local_files_only=True)
+    return with_adapter(model, start_path, trainable=settings.model.lora.enabled), None
 
 
 def train(plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Sink | None,

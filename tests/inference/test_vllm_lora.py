@@ -159,9 +159,13 @@ def test_an_engine_on_an_adapter_folder_serves_base_plus_adapter(served, base, t
 
     model = peft_model(base, seed=4)
     model.save_pretrained(tmp_path / "ckpt")  # PEFT's own folder: adapter_config.json names the base
-    attached = VLLMEngine(tmp_path / "ckpt", urls=served.urls, health_every_s=0.5, lora=LORA)
+    # no `lora` given, as `agentrl eval` of a LoRA run's final model builds it: the folder's own settings are used
+    # (what a launched server's --enable-lora / --max-lora-rank come from)
+    attached = VLLMEngine(tmp_path / "ckpt", urls=served.urls, health_every_s=0.5)
     try:
         assert attached.model_path == base and attached.weight_version == 0
+        assert attached.lora is not None and attached.lora.rank == LORA.rank
+        assert attached.lora.target_modules == sorted(LORA.target_modules)
         done = _greedy(attached)
         peft_lp = reference_logprobs(model, done.token_ids)
         assert (torch.tensor(done.logprobs) - peft_lp).abs().max().item() < 1e-3

@@ -58,8 +58,11 @@ def test_an_adapter_push_loads_only_the_adapter_then_routes_calls_to_it(tiny_mod
     engine = SGLangEngine(tiny_model_path, urls=[a.url, b.url], lora=LORA)
     try:
         first = engine.update_adapter(_adapter(4), LORA)
+        first_folder = Path(next(body for p, body in a.calls if p == "/load_lora_adapter")["lora_path"])
+        assert first_folder.is_dir()
         second = engine.update_adapter(_adapter(4), LORA)
         assert (first, second) == (1, 2) and engine.weight_version == 2
+        assert not first_folder.exists()  # unloaded by the servers, so deleted: one folder a step would pile up
         for server in (a, b):
             calls = [(p, body) for p, body in server.calls if p != "/generate"]
             assert [p for p, _ in calls] == ["/load_lora_adapter", "/update_weight_version", "/load_lora_adapter",

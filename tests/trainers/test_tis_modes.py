@@ -19,10 +19,10 @@ Q = torch.tensor([[-1.0, -1.5, -2.5]])
 MASK = torch.ones(1, 3)
 
 
-def token_grads(**kw) -> torch.Tensor:
+def token_grads(q: torch.Tensor = Q, **kw) -> torch.Tensor:
     """d loss / d logprob per token, at logprobs = p_old (ratio 1: every token unclipped)."""
     logprobs = P_OLD.clone().requires_grad_(True)
-    out = policy_loss(logprobs, Q, torch.tensor([1.0]), MASK, tis_cap=CAP, behaviour_logprobs=P_OLD, **kw)
+    out = policy_loss(logprobs, q, torch.tensor([1.0]), MASK, tis_cap=CAP, behaviour_logprobs=P_OLD, **kw)
     out.loss.backward()
     return logprobs.grad[0]
 
@@ -40,12 +40,30 @@ def test_mask_drops_the_token_over_the_cap_and_keeps_the_others_uncut():
 
 
 def test_sequence_level_gives_every_token_the_samples_one_weight():
-    mean_gap = float((P_OLD - Q).mean())  # (0 + 0.5 + 1.5) / 3
+    mean_gap = float((P_OLD - Q).mean())  # (0 + 0.5 + 1.5) / 3 = 2/3: e^(2/3) ~ 1.95, under the cap
     w = -3 * token_grads(tis_level="sequence")
-    assert torch.allclose(w, torch.full((3,), min(math.exp(mean_gap), CAP)), atol=1e-5)
-    # masked per sequence: a sample whose mean weight is over the cap leaves the loss whole
-    assert torch.allclose(token_grads(tis_mode="mask", tis_level="sequence"),
-                          torch.zeros(3) if math.exp(mean_gap) > CAP else -torch.full((3,), math.exp(mean_gap) / 3))
+    assert torch.allclose(w, torch.full((3,), math.exp(mean_gap)), atol=1e-5)
+    # masked per sequence: under the cap the sample keeps its one weight on every token ...
+    assert torch.allclose(-3 * token_grads(tis_mode="mask", tis_level="sequence"), w, atol=1e-5)
+    # ... over it (mean gap 1: e^1 ~ 2.72 > 2) the whole sample leaves the loss, where truncation keeps it at the cap
+    over = torch.tensor([[-1.0, -2.0, -3.0]])
+    assert torch.equal(token_grads(over, tis_mode="mask", tis_level="sequence"), torch.zeros(3))
+    assert torch.allclose(-3 * token_grads(over, tis_level="sequence"), torch.full((3,), CAP), atol=1e-5)
+
+
+def test_mask_of_a_huge_gap_is_zero_not_nan():
+    # exp(120) overflows float32 to inf; masking it must give weight 0, not inf * 0 = NaN
+    g = token_grads(torch.tensor([[-1.0, -1.5, -121.0]]), tis_mode="mask")
+    assert torch.isfinite(g).all()
+    assert torch.allclose(-3 * g, torch.tensor([1.0, math.exp(0.5), 0.0]), atol=1e-5)
+
+
+def test_modes_without_a_cap_are_refused():
+    with pytest.raises(ValueError, match="tis_cap=0 turns off"):
+        GRPOTrainerConfig(tis_cap=0.0, tis_mode="mask")
+    with pytest.raises(ValueError, match="tis_cap=0 turns off"):
+        GRPOTrainerConfig(tis_cap=0.0, tis_level="sequence")
+    GRPOTrainerConfig(tis_cap=0.0)  # off, the defaults: fine
 
 
 def test_unknown_modes_are_refused_naming_the_key():

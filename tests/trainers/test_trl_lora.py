@@ -91,3 +91,37 @@ def test_the_mapping_builds_a_real_peft_config() -> None:
     config = peft_config(settings)
     assert isinstance(config, LoraConfig) and config.r == 8 and config.lora_alpha == settings.model.lora.alpha
     assert set(config.target_modules) == set(settings.model.lora.target_modules)
+
+
+def test_an_adapter_start_is_trained_further_under_lora_and_merged_without(tmp_path: Path) -> None:
+    """TRL's start model from a LoRA warm start's adapter folder: the PeftModel under model.lora; without it the
+    adapter merged into a plain model (full fine-tuning from a LoRA warm start), as the built-in trainers do."""
+    import torch
+    from peft import LoraConfig as PeftLora
+    from peft import PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.models.tiny import ensure_tiny_model
+    from agentrl.trainers.trl_worker import trained_model
+
+    base = ensure_tiny_model(str(tmp_path / "tiny"), vocab_size=512, hidden_size=32, num_layers=1, num_heads=2,
+                             num_kv_heads=1, intermediate_size=64, max_position_embeddings=64)
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+                          PeftLora(r=4, lora_alpha=8, target_modules=["q_proj"]))
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.05)  # B = 0 would merge to the base and hide a skipped merge
+    peft.save_pretrained(tmp_path / "ckpt")
+    merged = peft.merge_and_unload().state_dict()
+
+    def settings(enabled: bool) -> SimpleNamespace:
+        return SimpleNamespace(model=SimpleNamespace(dtype="float32", lora=SimpleNamespace(enabled=enabled)))
+
+    model, config = trained_model(settings(True), str(tmp_path / "ckpt"))
+    assert isinstance(model, PeftModel) and config is None
+    assert any(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
+    model, config = trained_model(settings(False), str(tmp_path / "ckpt"))
+    assert not isinstance(model, PeftModel) and config is None
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert torch.allclose(model.state_dict()[q], merged[q])
