@@ -23,9 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning import compose, eval_both, plan_for, row  # noqa: E402 - the sibling benchmark's helpers
+from learning import eval_both, plan_for, row  # noqa: E402 - the sibling benchmark's helpers
 
 from agentrl.paired import mean_se as paired_mean_se  # noqa: E402
+from agentrl.testing.config import compose_config  # noqa: E402
 
 RECIPE = "gridsim_beat_teacher"
 
@@ -51,7 +52,7 @@ def start_path(home: Path, extra: Sequence[str] = (), recipe: str = RECIPE) -> P
     os.environ["AGENTRL_HOME"] = str(home)
     from agentrl.trainers.warm_start import warm_start_path
 
-    cfg = compose([f"+recipe={recipe}", "seed=0", *extra])
+    cfg = compose_config(*[f"+recipe={recipe}", "seed=0", *extra])
     return Path(warm_start_path(plan_for(cfg, home / "run-start")))
 
 
@@ -72,7 +73,7 @@ def beat(args: argparse.Namespace, extra: list[str]) -> None:
     """(1) GRPO from the greedy rule's imitation, per seed; the paired per-day difference against the rule."""
     home = Path(args.home)
     start = start_path(home, extra)
-    cfg = compose([f"+recipe={RECIPE}", *extra])
+    cfg = compose_config(*[f"+recipe={RECIPE}", *extra])
     limit, temp = cfg.trainer.eval_limit, float(cfg.trainer.temperature)
     plan = plan_for(cfg, home / "run-eval")
     rule = greedy_rule_scores(plan, limit)
@@ -96,7 +97,7 @@ def beat(args: argparse.Namespace, extra: list[str]) -> None:
     per_seed: dict[int, list[float]] = {}
     rows = []
     for seed, wall, model in runs:
-        m, rewards = eval_both(compose([f"+recipe={RECIPE}", f"seed={seed}", *extra]), plan, str(model), limit, temp)
+        m, rewards = eval_both(compose_config(*[f"+recipe={RECIPE}", f"seed={seed}", *extra]), plan, str(model), limit, temp)
         per_seed[seed] = rewards
         d, se = mean_se([a - b for a, b in zip(rewards, rule, strict=True)])
         by_d = " | ".join(f"{m.get(f'eval/reward_{h}h', float('nan')):.3f}" for h in (1, 2, 4))
@@ -184,7 +185,7 @@ def temps(args: argparse.Namespace, extra: list[str]) -> None:
     at each `--temps` and greedy-decoded, by battery duration."""
     home = Path(args.home)
     model = args.model or str(start_path(home, extra, recipe="gridsim_grpo"))
-    cfg = compose(["+recipe=gridsim_grpo", *extra])
+    cfg = compose_config(*["+recipe=gridsim_grpo", *extra])
     plan = plan_for(cfg, home / "run-temps")
     print(f"\n## {model}, {cfg.trainer.eval_limit or 'all'} eval days\n")
     print("| decoding | 1h | 2h | 4h | all |\n|---|---|---|---|---|")

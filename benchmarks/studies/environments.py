@@ -20,7 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from algorithms import cli, mean_se  # noqa: E402 - the sibling benchmarks' helpers
-from learning import compose, plan_for  # noqa: E402
+from learning import plan_for  # noqa: E402
+
+from agentrl.testing.config import compose_config  # noqa: E402
 
 RECIPES = {"reasoning_gym": "reasoning_gym_grpo", "textarena": "textarena_self_play"}
 
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
                        args.threads)
             (run_dir / "wall_s.txt").write_text(f"{wall:.1f}\n")
         wall = float((run_dir / "wall_s.txt").read_text()) if (run_dir / "wall_s.txt").is_file() else float("nan")
-        cfg = compose(overrides)
+        cfg = compose_config(*overrides)
         plan = plan_for(cfg, home / "run-eval")
         start = warm_start_path(plan)  # the run's own warm start (made by the run, reused here)
         m0, before = scores(cfg, plan, start, seed)
@@ -84,7 +86,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
             greedy.append(f"| {seed} | {g0['eval/reward']:.3f} ± {g0['eval/reward_stderr']:.3f} | "
                           f"{g1['eval/reward']:.3f} ± {g1['eval/reward_stderr']:.3f} | {gd:+.3f} ± {gse:.3f} |")
             print(greedy[-1], flush=True)
-    temp = float(compose([f"+recipe={recipe}", *extra]).trainer.temperature)
+    temp = float(compose_config(*[f"+recipe={recipe}", *extra]).trainer.temperature)
     print(f"\n## {recipe}: warm start vs after GRPO, paired per eval task, sampled at T={temp}\n")
     seats = " | seat 0 start -> after | seat 1 start -> after" if args.route == "textarena" else ""
     print(f"| seed | start ± se | after ± se | paired diff ± se{seats} | tasks | run wall min |")

@@ -22,7 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from algorithms import cli, mean_se  # noqa: E402 - the sibling benchmarks' helpers
 from environments import scores  # noqa: E402
-from learning import compose, plan_for  # noqa: E402
+from learning import plan_for  # noqa: E402
+
+from agentrl.testing.config import compose_config  # noqa: E402
 
 RECIPE = "openenv_guess"
 
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
             wall = cli(home, [*overrides, f"hydra.run.dir={run_dir}"], home / f"{RECIPE}-seed-{seed}.log", 0)
             (run_dir / "wall_s.txt").write_text(f"{wall:.1f}\n")
         wall = float((run_dir / "wall_s.txt").read_text())
-        cfg = compose(overrides)
+        cfg = compose_config(*overrides)
         plan = plan_for(cfg, home / "run-eval")  # serves the example again, here (the data key is the app's)
         start = warm_start_path(plan)  # the run's own warm start (made by the run, reused here)
         base = plan.model.path()  # the base model the warm start started from
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
                     f"{m_final['eval/reward']:.3f} ± {m_final['eval/reward_stderr']:.3f} | {vs_untrained} | "
                     f"{vs_warm} | {len(diffs)} | {wall / 60:.1f} |")
         print(rows[-1], flush=True)
-    temp = float(compose([f"+recipe={RECIPE}", *extra]).trainer.temperature)
+    temp = float(compose_config(*[f"+recipe={RECIPE}", *extra]).trainer.temperature)
     print(f"\n## {RECIPE}: untrained vs warm start vs after the recipe, paired per eval task, sampled at T={temp}\n")
     print("| seed | untrained | warm start | after ± se | after - untrained ± se | after - warm start ± se | "
           "tasks | run wall min |")

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from learning import compose, plan_for  # noqa: E402 - the sibling benchmark's config helpers
+from learning import plan_for  # noqa: E402 - the sibling benchmark's config helpers
 
 from agentrl.paired import mean_se as paired_mean_se  # noqa: E402
 from agentrl.paired import paired_diff  # noqa: E402
+from agentrl.testing.config import compose_config  # noqa: E402
 
 MA_KEYS = ("multi_agent/avg_turns", "multi_agent/early_termination_rate", "multi_agent/conversation_token_count",
            "loss_mask/role_split")
@@ -168,7 +169,7 @@ def setup(args: argparse.Namespace, extra: list[str], name: str) -> tuple[Any, A
                  "trainer.eval_every=0", "trainer.checkpoint_every=0", f"seed={args.seed}", *extra]
     if args.agent:
         overrides.insert(1, f"agent={args.agent}")
-    cfg = compose(overrides)
+    cfg = compose_config(*overrides)
     return cfg, plan_for(cfg, Path(args.home) / f"run-{name}")
 
 

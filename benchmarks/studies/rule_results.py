@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning import compose  # noqa: E402 - the sibling benchmark's config helper
-
+from agentrl.testing.config import compose_config  # noqa: E402
 from agentrl.trainers.eval_results import write_results  # noqa: E402
 
 
@@ -30,7 +29,7 @@ def main() -> None:
 
     from agentrl.envs.gridsim.baselines import baseline_scores
 
-    cfg = compose([f"+recipe={args.recipe}", *[x for x in extra if x != "--"]])
+    cfg = compose_config(*[f"+recipe={args.recipe}", *[x for x in extra if x != "--"]])
     bundle, split = instantiate(cfg.env), str(cfg.env.eval_split)
     rows = bundle.rows(split)[: args.limit] if args.limit else bundle.rows(split)
     records = []

@@ -25,7 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from algorithms import cli, mean_se  # noqa: E402 - the sibling benchmarks' helpers
 from environments import scores  # noqa: E402
-from learning import compose, plan_for  # noqa: E402
+from learning import plan_for  # noqa: E402
+
+from agentrl.testing.config import compose_config  # noqa: E402
 
 RECIPE = "textarena_self_play_learns"
 
@@ -77,13 +79,13 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     from agentrl.trainers.warm_start import warm_start_path
 
     # Seed 0's own warm start (made here if missing; its run reuses it); the later seeds start from it.
-    warm = warm_start_path(plan_for(compose([f"+recipe={RECIPE}", "seed=0", *extra]), home / "run-start"))
+    warm = warm_start_path(plan_for(compose_config(*[f"+recipe={RECIPE}", "seed=0", *extra]), home / "run-start"))
     start: dict[str, tuple[dict[str, float], dict[int, float]]] = {}  # the warm start's evals, made once
     rows, greedy_rows, vs_rows = [], [], []
     pooled: dict[str, list[list[float]]] = {"sampled": [], "greedy": []}
     for seed in args.seeds:
         run_dir, wall = train(home, seed, extra, args.threads, warm)
-        cfg = compose([f"+recipe={RECIPE}", f"seed={seed}", *extra])
+        cfg = compose_config(*[f"+recipe={RECIPE}", f"seed={seed}", *extra])
         plan = plan_for(cfg, home / "run-eval")
         final = str(run_dir / "final_model")
         for label, temperature, table in (("sampled", None, rows), ("greedy", 0.0, greedy_rows)):
@@ -97,7 +99,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
             table.append(f"| {seed} | {m0['eval/reward']:.3f} | {wml(before)} | {m1['eval/reward']:.3f} | "
                          f"{wml(after)} | {diff} | {len(diffs)} |" + (f" {wall / 60:.1f} |" if label == "sampled" else ""))
             print(table[-1], flush=True)
-        vs_cfg = compose([f"+recipe={RECIPE}", f"seed={seed}", "env.eval_opponent=null", *extra])
+        vs_cfg = compose_config(*[f"+recipe={RECIPE}", f"seed={seed}", "env.eval_opponent=null", *extra])
         vs_plan = plan_for(vs_cfg, home / "run-eval-vs")
         vm, per_match = cached(home, f"{final}|vs|{warm}", checkpoint_matches, vs_plan, final, warm,
                                  sampling=vs_plan.sampling, seed_parts=(seed, "env-bench"))
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
                        f"{vm['checkpoint/loss_share']:.3f} | {vm['checkpoint/reward_seat0']:.3f} | "
                        f"{vm['checkpoint/reward_seat1']:.3f} | {len(per_match)} |")
         print(vs_rows[-1], flush=True)
-    temp = float(compose([f"+recipe={RECIPE}", *extra]).trainer.temperature)
+    temp = float(compose_config(*[f"+recipe={RECIPE}", *extra]).trainer.temperature)
     head = ("| seed | start score | start wins - losses ± se | after score | after wins - losses ± se | "
             "paired after - start ± se | matches |")
     print(f"\n## {RECIPE} against the random player, sampled at T={temp}\n\n{head} run wall min |")
