@@ -1,7 +1,8 @@
 """`python -m agentrl compare A B`: two eval results on the same tasks, paired task by task.
 
 A and B are per-task results files (`evals/*.jsonl` in a run folder) or MLflow run ids (an `agentrl eval` run's
-results, or a training run's last sampled eval). Prints A - B: the paired per-task mean difference ± its
+results, or a training run's last sampled eval); a side may be several of them joined by commas (one eval per
+seed), averaged task by task, as the seed-mean claims in benchmarks/RESULTS.md are. Prints A - B: the paired per-task mean difference ± its
 standard error, the tasks won, lost and tied, and the same by each breakdown fact the files carry (e.g. GridSim's
 battery duration). Refuses two results whose task sets differ.
 """
@@ -48,20 +49,50 @@ def keyed(records: Sequence[Mapping[str, Any]], label: str) -> dict[tuple[str, s
     return out
 
 
+def same_tasks(ka: Mapping[tuple[str, str], Any], kb: Mapping[tuple[str, str], Any], labels: tuple[str, str]) -> None:
+    """Refuse two keyed results whose task sets differ, naming (up to five of) the tasks only one side has."""
+    if ka.keys() == kb.keys():
+        return
+    only_a, only_b = sorted(ka.keys() - kb.keys()), sorted(kb.keys() - ka.keys())
+
+    def show(keys: list[tuple[str, str]]) -> str:
+        return ", ".join(f"{t} ({s})" for s, t in keys[:5]) + (" ..." if len(keys) > 5 else "")
+
+    parts = [f"{len(only_a)} only in {labels[0]}: {show(only_a)}" if only_a else "",
+             f"{len(only_b)} only in {labels[1]}: {show(only_b)}" if only_b else ""]
+    raise CompareError("the two results are not on the same tasks (" + "; ".join(p for p in parts if p) + ")")
+
+
+def average(parts: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> tuple[str, list[dict[str, Any]]]:
+    """Several results on the same tasks (e.g. one eval per seed) as one: each task's record carries one sample
+    per part, scored with that part's task score, so the task's score is their mean."""
+    (label0, first), rest = parts[0], parts[1:]
+    base = keyed(first, label0)
+    scores = {key: [task_score(r)] for key, r in base.items()}
+    for label, records in rest:
+        other = keyed(records, label)
+        same_tasks(base, other, (label0, label))
+        for key, r in other.items():
+            scores[key].append(task_score(r))
+    merged = [{**base[key], "samples": [{"score": s} for s in scores[key]]} for key in base]
+    return f"the mean of {len(parts)} ({'; '.join(label for label, _ in parts)})", merged
+
+
+def load_side(spec: str, tracking_uri: str, scratch: Path) -> tuple[str, list[dict[str, Any]]]:
+    """One side of the comparison: a source, or several joined by commas, averaged task by task."""
+    sources = [s for s in spec.split(",") if s]
+    if not sources:
+        raise CompareError(f"{spec!r}: no results named")
+    parts = [load(s, tracking_uri, scratch) for s in sources]
+    return parts[0] if len(parts) == 1 else average(parts)
+
+
 def pair(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, labels: tuple[str, str] = ("A", "B"),
          ) -> tuple[PairedDiff, dict[str, PairedDiff], list[float], list[float]]:
     """A - B on the same tasks: the overall paired difference, the same per breakdown value (`fact=value`), and
     each side's per-task scores (the mean of its samples), in task order. Mismatched task sets are refused."""
     ka, kb = keyed(a, labels[0]), keyed(b, labels[1])
-    if ka.keys() != kb.keys():
-        only_a, only_b = sorted(ka.keys() - kb.keys()), sorted(kb.keys() - ka.keys())
-
-        def show(keys: list[tuple[str, str]]) -> str:
-            return ", ".join(f"{t} ({s})" for s, t in keys[:5]) + (" ..." if len(keys) > 5 else "")
-
-        parts = [f"{len(only_a)} only in {labels[0]}: {show(only_a)}" if only_a else "",
-                 f"{len(only_b)} only in {labels[1]}: {show(only_b)}" if only_b else ""]
-        raise CompareError("the two results are not on the same tasks (" + "; ".join(p for p in parts if p) + ")")
+    same_tasks(ka, kb, labels)
     keys = sorted(ka, key=lambda k: (k[0], ka[k].get("index") if ka[k].get("index") is not None else -1, k[1]))
     sa, sb = [task_score(ka[k]) for k in keys], [task_score(kb[k]) for k in keys]
     groups: dict[str, list[int]] = defaultdict(list)
@@ -86,7 +117,8 @@ def report(label_a: str, label_b: str, a: Sequence[Mapping[str, Any]], b: Sequen
 def main(argv: Sequence[str] | None = None) -> int:
     """`agentrl compare A B [--tracking-uri URI]`."""
     parser = argparse.ArgumentParser(prog="agentrl compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("a", help="per-task results file (evals/*.jsonl) or MLflow run id")
+    parser.add_argument("a", help="per-task results file (evals/*.jsonl) or MLflow run id; several joined by "
+                                  "commas (one per seed) are averaged task by task")
     parser.add_argument("b", help="the same for the other side (A - B is reported)")
     parser.add_argument("--tracking-uri", default=None,
                         help="the MLflow store run ids are read from (default: $MLFLOW_TRACKING_URI, else the "
@@ -95,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     uri = resolve_tracking_uri(args.tracking_uri, project_root() / "outputs")
     try:
         with tempfile.TemporaryDirectory(prefix="agentrl-compare-") as scratch:
-            (la, a), (lb, b) = (load(s, uri, Path(scratch)) for s in (args.a, args.b))
+            (la, a), (lb, b) = (load_side(s, uri, Path(scratch)) for s in (args.a, args.b))
             print(report(la, lb, a, b), flush=True)
     except (CompareError, EvalResultsError, RunLookupError) as err:
         raise SystemExit(f"agentrl compare: {err}") from None

@@ -49,6 +49,26 @@ def test_compare_refuses_mismatched_tasks(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_compare_averages_a_side_of_several_results(tmp_path: Path) -> None:
+    # Three "seeds" on A: task means d0 (0.2+0.5+0.8)/3 = 0.5, d1 1.0, d2 (0.1+0.2+0.3)/3 = 0.2, d3 0.9 (one seed
+    # has two samples, 0.8 and 1.0: its task score 0.9); B as in the first test: the same +0.1000 difference.
+    s1 = _write(tmp_path / "s1.jsonl", {"d0": [0.2], "d1": [1.0], "d2": [0.1], "d3": [0.9]}, HOURS)
+    s2 = _write(tmp_path / "s2.jsonl", {"d0": [0.5], "d1": [1.0], "d2": [0.2], "d3": [0.8, 1.0]}, HOURS)
+    s3 = _write(tmp_path / "s3.jsonl", {"d3": [0.9], "d2": [0.3], "d1": [1.0], "d0": [0.8]}, HOURS)
+    b = _write(tmp_path / "b.jsonl", {"d3": [0.5], "d1": [1.0], "d0": [0.3], "d2": [0.4]}, HOURS)
+    done = run_cli(["compare", f"{s1},{s2},{s3}", str(b)], cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    se = math.sqrt(0.2 / 3 / 4)
+    assert f"A - B, paired by task: +0.1000 ± {se:.4f} ({0.1 / se:.1f} se), n 4: won 2, lost 1, tied 1" in done.stdout
+    assert "A  the mean of 3 (" in done.stdout and "0.6500 ± " in done.stdout  # (0.5 + 1 + 0.2 + 0.9) / 4
+    # one seed on other tasks is refused, naming it
+    odd = _write(tmp_path / "odd.jsonl", {"d0": [0.5], "d1": [1.0], "d2": [0.2], "d9": [0.9]},
+                 {**HOURS, "d9": 1})
+    done = run_cli(["compare", f"{s1},{odd}", str(b)], cwd=tmp_path, timeout=600)
+    assert done.returncode != 0 and "not on the same tasks" in done.stderr and "d9 (eval)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_compare_names_a_bad_source(tmp_path: Path) -> None:
     junk = tmp_path / "junk.jsonl"
     junk.write_text('{"no": "task id"}\n')
