@@ -49,6 +49,7 @@ from agentrl.inference.vllm_servers import (
     free_port,
     healthy,
     launch_command,
+    launch_envs,
     server_env,
     vllm_python,
     wait_healthy,
@@ -171,8 +172,8 @@ class VLLMEngine:
                 extra_args: Any, log_dir: str | Path | None) -> list[str]:
         logs = Path(log_dir or tempfile.mkdtemp(prefix="agentrl-vllm-"))
         logs.mkdir(parents=True, exist_ok=True)
-        env = server_env(kv_cache_gib, extra_env, lora=self.lora is not None)
-        for i in range(int(n)):
+        envs = launch_envs(int(n), server_env(kv_cache_gib, extra_env, lora=self.lora is not None))
+        for i, env in enumerate(envs):
             port = base_port + i if base_port else free_port()
             url = f"http://127.0.0.1:{port}"
             argv = launch_command(python, self.model_path, port, dtype=dtype, enforce_eager=enforce_eager,

@@ -76,6 +76,38 @@ def server_env(kv_cache_gib: int = 1, extra: Mapping[str, str] | None = None, lo
     return {**env, **{str(k): str(v) for k, v in (extra or {}).items()}}
 
 
+CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def cpu_binds(n: int, cpus: Sequence[int]) -> list[str | None]:
+    """`VLLM_CPU_OMP_THREADS_BIND` for each of `n` servers launched on one host: disjoint slices of `cpus` (None:
+    leave vLLM's own choice). The CPU build's "auto" binds every server to the same cores (all but one, which it
+    keeps for its scheduler), so two servers on one host would share those cores and leave the last one idle.
+    One server keeps "auto"; more servers than cores get "nobind" (no pinning: the OS spreads them)."""
+    cpus = sorted(cpus)
+    if n <= 1:
+        return [None] * max(n, 0)
+    if n > len(cpus):
+        return ["nobind"] * n
+    size, extra = divmod(len(cpus), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        out.append(",".join(str(c) for c in cpus[start:end]))
+        start = end
+    return out
+
+
+def launch_envs(n: int, env: Mapping[str, str], cpus: Sequence[int] | None = None) -> list[dict[str, str]]:
+    """The environment of each of `n` servers launched on this host: `env`, plus a core slice of their own
+    (`cpu_binds`) unless `env` already sets VLLM_CPU_OMP_THREADS_BIND (inference.server_env wins). CUDA builds
+    ignore the variable."""
+    if CPU_BIND_ENV in env:
+        return [dict(env) for _ in range(n)]
+    binds = cpu_binds(n, sorted(os.sched_getaffinity(0)) if cpus is None else cpus)
+    return [dict(env) if b is None else {**env, CPU_BIND_ENV: b} for b in binds]
+
+
 class ServerProcess:
     """One launched server: its command, log file and process; `start()` may be called again after it died."""
 

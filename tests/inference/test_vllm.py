@@ -208,6 +208,30 @@ def test_a_server_that_cannot_start_fails_the_setup_with_its_log_tail(models, tm
         VLLMEngine(models["a"], extra_args=["--no-such-flag"], log_dir=tmp_path)
 
 
+def test_two_launched_servers_each_serve_on_cores_of_their_own(models, tmp_path: Path) -> None:
+    """inference.num_servers=2 on one host: both answer, and each binds its own cores (vLLM's "auto" would bind
+    both to the same ones); the core lists are read from the servers' own logs."""
+    import re
+
+    from agentrl.inference.vllm import VLLMEngine
+
+    engine = VLLMEngine(models["a"], num_servers=2, max_model_len=1024, health_every_s=0.5, log_dir=tmp_path)
+    try:
+        assert len(engine.urls) == 2
+        for url in engine.urls:
+            assert httpx.get(f"{url}/health", timeout=30).status_code == 200
+        cores = []
+        for i in range(2):
+            found = re.findall(r"core ids=\[([0-9, ]*)\]", (tmp_path / f"vllm-{i}.log").read_text())
+            cores.append(set(found[-1].replace(" ", "").split(",")) if found else None)
+    finally:
+        engine.close()
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert cores[0] and cores[1] and not cores[0] & cores[1], cores
+    else:  # one core: no pinning, so vLLM logs no core list
+        assert cores == [None, None]
+
+
 # Keys each backend logs per step through vLLM. TRL (its own GRPOTrainer, our rollout_func) generates through the
 # same engine and pushes TRL's weights to it each optimizer step; the logprob gap and weight lag are the built-in
 # trainer's (TRL computes its own importance ratios).

@@ -12,7 +12,15 @@ import pytest
 from agentrl.config.inference import VLLMInferenceConfig
 from agentrl.inference import vllm_servers
 from agentrl.inference.vllm import sampling_params, to_completion
-from agentrl.inference.vllm_servers import PYTHON_ENV, VLLMError, launch_command, server_env, vllm_python
+from agentrl.inference.vllm_servers import (
+    PYTHON_ENV,
+    VLLMError,
+    cpu_binds,
+    launch_command,
+    launch_envs,
+    server_env,
+    vllm_python,
+)
 
 
 @pytest.mark.parametrize(("fields", "message"), [
@@ -54,6 +62,19 @@ def test_the_launch_command_asks_for_the_learners_logprobs_and_the_token_route()
     env = server_env(2, {"VLLM_CPU_OMP_THREADS_BIND": "0-1"})
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and "PYTHONPATH" not in env
+
+
+def test_servers_launched_on_one_host_get_disjoint_cores() -> None:
+    assert cpu_binds(1, [0, 1, 2, 3]) == [None]  # one server: vLLM's own "auto"
+    assert cpu_binds(2, [0, 1]) == ["0", "1"]
+    assert cpu_binds(3, [7, 0, 1, 2, 3, 4, 5]) == ["0,1,2", "3,4", "5,7"]  # the remainder to the first ones
+    assert cpu_binds(3, [0, 1]) == ["nobind"] * 3
+    base = {"A": "1"}
+    envs = launch_envs(2, base, cpus=[0, 1, 2, 3])
+    assert [e["VLLM_CPU_OMP_THREADS_BIND"] for e in envs] == ["0,1", "2,3"] and all(e["A"] == "1" for e in envs)
+    assert launch_envs(1, base, cpus=[0, 1]) == [base]
+    mine = {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}  # inference.server_env sets it: every server keeps it
+    assert launch_envs(2, mine, cpus=[0, 1]) == [mine, mine]
 
 
 def test_sampling_values_are_mapped_to_what_vllm_takes() -> None:
