@@ -19,6 +19,8 @@ from agentrl.models.lora_folder import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 ADAPTER_PREFIX = "agentrl-adapter-"  # folders made by `adapter_folder`: the engine may delete them
 # vLLM accepts only these --max-lora-rank values (vllm/config/lora.py MaxLoRARanks).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# The name an adapter folder given as the start model is served under (vLLM and SGLang).
+START_ADAPTER = "agentrl-lora-v0"
 
 
 def adapter_problem(adapter: Mapping[str, Any], rank: int) -> str | None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from agentrl.config.inference import SGLangInferenceConfig as SGLang  # the defaults' one home
 from agentrl.inference.completion import Completion
-from agentrl.inference.remote_adapters import adapter_folder, folder_bytes
+from agentrl.inference.remote_adapters import START_ADAPTER, adapter_folder, folder_bytes
 from agentrl.inference.remote_engine import Admission, LoopClients, made_here, weights_folder
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,6 @@ def to_completion(body: dict[str, Any], fallback_version: int) -> Completion:
                       prompt_tokens=int(meta.get("prompt_tokens") or 0))
 
 
-START_ADAPTER = "agentrl-lora-v0"  # the name an adapter folder given as the model is served under
 
 
 def launch_note(settings: Any) -> str | None:

@@ -40,7 +40,7 @@ from typing import Any
 
 from agentrl.config.inference import VLLMInferenceConfig as V  # the defaults' one home
 from agentrl.inference.completion import Completion, EngineUnavailable
-from agentrl.inference.remote_adapters import adapter_folder, folder_bytes
+from agentrl.inference.remote_adapters import START_ADAPTER, adapter_folder, folder_bytes
 from agentrl.inference.remote_adapters import made_here as adapter_made_here
 from agentrl.inference.remote_engine import Admission, LoopClients, made_here, weights_folder
 from agentrl.inference.vllm_servers import (
@@ -152,7 +152,7 @@ class VLLMEngine:
                                      max_model_len, kv_cache_gib, server_env or {}, extra_args, log_dir)
         self._gate.in_flight = dict.fromkeys(self.urls, 0)
         if start_adapter is not None:
-            name = "agentrl-lora-v0"
+            name = START_ADAPTER
             for url in self.urls:
                 self._load_adapter(url, name, start_adapter, None)
             self._adapter = (name, start_adapter)
