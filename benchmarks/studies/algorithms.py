@@ -72,7 +72,8 @@ def greedy_rule_scores(plan, limit: int | None) -> list[float]:
 def beat(args: argparse.Namespace, extra: list[str]) -> None:
     """(1) GRPO from the greedy rule's imitation, per seed; the paired per-day difference against the rule."""
     home = Path(args.home)
-    start = start_path(home, extra)
+    # --start: e.g. LoRA runs from the full fine-tuned start (their own warm start would be a LoRA SFT)
+    start = Path(args.start) if args.start else start_path(home, extra)
     cfg = compose_config(*[f"+recipe={RECIPE}", *extra])
     limit, temp = cfg.trainer.eval_limit, float(cfg.trainer.temperature)
     plan = plan_for(cfg, home / "run-eval")
@@ -211,6 +212,8 @@ def main() -> None:
                          "paired table always plays the recipe's eval days)")
     ap.add_argument("--reuse", action="store_true",
                     help="beat: a seed whose run folder already holds final_model is evaluated, not trained again")
+    ap.add_argument("--start", help="beat: the folder every run starts from (default: the recipe's warm start "
+                                    "under these overrides, made if missing)")
     ap.add_argument("--tag", default="", help="suffix for the run folders (several measurements in one home)")
     ap.add_argument("--temps", type=float, nargs="+", default=[1.1, 0.8, 0.6],
                     help="temps: sampling temperatures to evaluate at")
