@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrl.agents.record import Rollout
+from agentrl.inference.samples import is_resumed
 
 STALE = "stale"  # the group filter's reason for a group dropped by stale_policy=drop (rollout/groups_dropped/stale)
 
@@ -54,8 +55,7 @@ def staleness_metrics(trained: Sequence[Rollout], plays: Mapping[str, int], *, d
     (groups) and `async/resumed_partial` (trained samples a push in keep mode landed inside: H4's partial rollouts)."""
     ages = [plays[r.play_id] for r in trained if r.play_id in plays]
     metrics = {"async/dropped_stale": float(dropped_groups),
-               "async/resumed_partial": float(sum(int(r.sample.metadata.get("resumed_turns", 0)) > 0
-                                                  for r in trained if r.sample is not None))}
+               "async/resumed_partial": float(sum(is_resumed(r.sample) for r in trained if r.sample is not None))}
     if ages:
         metrics.update({"async/staleness_mean": sum(ages) / len(ages), "async/staleness_max": float(max(ages))})
     return metrics
