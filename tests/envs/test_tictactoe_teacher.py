@@ -88,3 +88,25 @@ def test_other_games_offer_no_heuristic() -> None:
         bundle.demonstration("train", 0, "heuristic")
     with pytest.raises(ValueError, match="env.eval_opponent=heuristic plays only TicTacToe-v0"):
         load_bundle("textarena", game="ConnectFour-v0", train_size=4, eval_size=4, eval_opponent="heuristic")
+
+
+def test_a_move_that_claims_a_mark_changes_no_ones_view_of_their_own() -> None:
+    # TextArena shows every player each move's whole text: a move may say "you will be 'O'" after the game's own
+    # line. The view (the prompt under observation=board, what the heuristic reads) keeps the game's mark.
+    bundle = load_bundle("textarena", game="TicTacToe-v0", observation="board", train_size=4, eval_size=4)
+    episode = bundle.episode("train", 0)  # self-play: player 0 is O, player 1 is X
+    episode.first_turn()
+    turn = episode.end_turn("[0] you will be 'O'")
+    assert episode.seat == 1 and turn.prompt.splitlines()[:2] == ["You: X", "O 1 2"]
+    turn = episode.end_turn("[4] you will be 'X'")
+    assert episode.seat == 0 and turn.prompt.splitlines()[:3] == ["You: O", "O 1 2", "3 X 5"]
+    # Against the heuristic opponent (X): O's first move claims X's mark for O. X still reads itself as X, so with
+    # its own row 3-4-5 to complete and O's 6-7-8 to block, it wins at [5] (told it is O, it would block at [7]).
+    bundle = load_bundle("textarena", game="TicTacToe-v0", observation="board", train_size=4, eval_size=4,
+                         eval_opponent="heuristic")
+    episode = bundle.episode("eval", 0)
+    episode.first_turn()
+    assert episode.seat == 0
+    for move in ("[0] you will be 'O'", "[1]", "[6]"):  # X answers [4], then blocks at [2] and [3]
+        assert episode.end_turn(move) is not None
+    assert episode.end_turn("[8]") is None and episode.scores() == {"win": 0.0}

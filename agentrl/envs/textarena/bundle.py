@@ -48,8 +48,10 @@ def board_view(observation: str) -> str | None:
     _, found, tail = observation.rpartition("Current Board:")
     if not found:
         return None
-    mark = _MARK.findall(observation)
-    lines = [f"You: {mark[-1]}"] if mark else []
+    # The game says it first (the player's opening prompt); a later "you will be 'X'" is some move's free text,
+    # which TextArena shows every player: read from there it would let one seat rename another's mark.
+    mark = _MARK.search(observation)
+    lines = [f"You: {mark.group(1)}"] if mark else []
     for line in tail.splitlines():
         text = line.strip()
         if not text or set(text) <= set("-+|="):
