@@ -66,4 +66,6 @@ def _next_token_logits(model: Any, ids: torch.Tensor, attn: torch.Tensor, start:
 
 
 def _cache_argument(model: Any) -> str:
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    # A PEFT wrapper's forward takes **kwargs and hands them to the base model: ask the base which name it takes.
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"

@@ -77,3 +77,30 @@ def test_logits_and_gradients_match_the_plain_forward_pass(model, share_prefix: 
     loss_of(fast).backward()
     for n, p in model.named_parameters():
         torch.testing.assert_close(p.grad, want[n], atol=2e-5, rtol=1e-4, msg=n)
+
+
+def test_a_lora_model_shares_the_prefix_through_the_current_cache_argument(tmp_path) -> None:
+    """PEFT's wrapper hides the base model's forward signature: the cache must still go under the name the base
+    takes (`cache` in transformers 5.2x; `past_key_values` warns, and goes in 5.40), with the plain pass's logits."""
+    import inspect
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.config.model import LoraConfig
+    from agentrl.trainers.lora import wrap
+
+    path = ensure_tiny_model(str(tmp_path / "tiny"), **SMALL)
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    takes_cache = "cache" in inspect.signature(base.forward).parameters
+    peft_model = wrap(base, LoraConfig(enabled=True, rank=4, alpha=8.0))
+    ids, attn = batch_with_shared_prompt()
+    start = 45
+    plain = peft_model(input_ids=ids, attention_mask=attn).logits[:, start:-1].detach()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast = next_token_logits(peft_model, ids, attn, start, share_prefix=True)
+    real = attn[:, start:-1].bool()
+    torch.testing.assert_close(fast.detach()[real], plain[real], atol=2e-5, rtol=1e-4)
+    if takes_cache:
+        assert not [w for w in caught if "past_key_values" in str(w.message)], [str(w.message) for w in caught]
