@@ -86,12 +86,17 @@ class MetricsForwarder:
 
 def log_rank_files(run_dir: Path, tracker: Any, since: float) -> None:
     """Log what the accelerate ranks left in `run_dir` for the tracker they lack: rank 0's per-task eval files
-    written after `since` (a time.time()) and every rank's episode traces."""
-    for path in sorted((run_dir / EVALS_DIR).glob("*.jsonl")):
-        if path.stat().st_mtime >= since:
-            publish(tracker, path)
-    for path in sorted(run_dir.glob(f"{TRACES_PREFIX}*.jsonl")):
-        tracker.log_traces(read_trace_file(path))
+    written after `since` (a time.time()) and every rank's episode traces. A file that cannot be logged (a rank
+    killed while writing it) is named in the log and skipped: it must not hide the others, nor the run's outcome."""
+    evals = [(path, lambda p: publish(tracker, p)) for path in sorted((run_dir / EVALS_DIR).glob("*.jsonl"))
+             if path.stat().st_mtime >= since]
+    traces = [(path, lambda p: tracker.log_traces(read_trace_file(p)))
+              for path in sorted(run_dir.glob(f"{TRACES_PREFIX}*.jsonl"))]
+    for path, log_file in [*evals, *traces]:
+        try:
+            log_file(path)
+        except Exception:  # noqa: BLE001 - one bad file costs only itself
+            log.exception("trainer=trl: could not log %s", path)
 
 
 def record(metrics: dict[str, float], step: int, tracker: Any, history: dict[str, list[tuple[int, float]]],

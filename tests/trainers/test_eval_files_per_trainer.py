@@ -93,3 +93,39 @@ def test_sft_evals_write_per_task_files(tmp_path: Path) -> None:
                                ("eval_greedy-step-2", "eval_greedy/reward", 2)):
         _check_eval_file(run, name, metric, step)
     _check_traces(run, {"eval": {"1", "2"}, "eval_greedy": {"2"}})
+
+
+class _Tracker:
+    """What `log_rank_files` logs, by kind."""
+
+    def __init__(self) -> None:
+        self.artifacts: list[str] = []
+        self.traces: list[Any] = []
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self.artifacts.append(Path(path).name)
+
+    def log_table(self, rows: list[dict[str, Any]], name: str) -> None:
+        pass
+
+    def log_traces(self, traces: list[Any]) -> None:
+        self.traces += traces
+
+
+def test_a_torn_rank_file_costs_only_itself(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A rank killed while writing (accelerate stops the others when one fails) leaves a torn eval file: the parent
+    still logs the ranks' other files, and says which file it could not log, instead of raising over the run's own
+    outcome (the workers' error, or a finished run's final model)."""
+    from agentrl.tracking.trace_file import TraceFile
+    from agentrl.trainers.trl import log_rank_files
+    from tests.tracking.test_trace_file import _trace
+
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    (evals / "eval-step-1.jsonl").write_text('{"task_id": "t0", "samples": [{"score": 1.0}]}\n{"task_id": "t1", "sa')
+    (evals / "eval-step-2.jsonl").write_text('{"task_id": "t0", "samples": [{"score": 0.5}]}\n')
+    TraceFile(tmp_path / "trl_traces_7.jsonl", 1.0).log_traces([_trace(0), _trace(1)])
+    tracker = _Tracker()
+    log_rank_files(tmp_path, tracker, since=0.0)
+    assert "eval-step-2.jsonl" in tracker.artifacts and tracker.traces == [_trace(0), _trace(1)]
+    assert "eval-step-1.jsonl" in caplog.text
