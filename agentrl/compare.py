@@ -2,9 +2,9 @@
 
 A and B are per-task results files (`evals/*.jsonl` in a run folder) or MLflow run ids (an `agentrl eval` run's
 results, or a training run's last sampled eval); a side may be several of them joined by commas (one eval per
-seed), averaged task by task, as the seed-mean claims in benchmarks/RESULTS.md are. Prints A - B: the paired per-task mean difference ± its
-standard error, the tasks won, lost and tied, and the same by each breakdown fact the files carry (e.g. GridSim's
-battery duration). Refuses two results whose task sets differ.
+seed), averaged task by task, as the seed-mean claims in benchmarks/RESULTS.md are. Prints A - B: the paired
+per-task mean difference ± its standard error, the tasks won, lost and tied, and the same by each breakdown fact
+the files carry (e.g. GridSim's battery duration). Refuses two results whose task sets differ.
 """
 
 from __future__ import annotations

@@ -105,8 +105,6 @@ def to_completion(body: dict[str, Any], fallback_version: int) -> Completion:
                       prompt_tokens=int(meta.get("prompt_tokens") or 0))
 
 
-
-
 def launch_note(settings: Any) -> str | None:
     """The dry run's line: the command the first SGLang server would be launched with (None: running servers)."""
     import shlex
