@@ -2,8 +2,8 @@
 
     python benchmarks/micro/bench_staleness.py --warm-start PATH --rounds 2 --steps 12 [--ks 0,1,2] [OVERRIDES]
 
-Runs `python -m agentrl +recipe=gridsim_grpo` as a user would from one SFT folder, the settings alternating within
-each round so that they see the same machine load, and reads each run's own MLflow store (steps 2..: step 1 is
+Runs `python -m agentrl +recipe=gridsim_grpo` (or `--recipe`) as a user would from one SFT folder, the settings
+alternating within each round so that they see the same machine load, and reads each run's own MLflow store (steps 2..: step 1 is
 played then trained at every K). Prints per K the mean seconds of a step, of what it waited for its plays, of the
 update, the learner's and the engine's idle fractions and the staleness, then each step time as a ratio to K=0.
 """
@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--ks", default="0,1,2", help="the K values, comma-separated (the first is the baseline)")
+    ap.add_argument("--recipe", default="gridsim_grpo", help="the recipe every run trains (e.g. gridsim_beat_teacher)")
     ap.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     args = ap.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
@@ -49,7 +50,7 @@ def main() -> None:
     for r in range(args.rounds):
         for k in ks:
             home = root / f"grpo-{r}-{k}"
-            agentrl(home, ["+recipe=gridsim_grpo", f"trainer.max_staleness={k}", f"trainer.steps={args.steps}",
+            agentrl(home, [f"+recipe={args.recipe}", f"trainer.max_staleness={k}", f"trainer.steps={args.steps}",
                            "trainer.eval_every=0", "trainer.eval_limit=8", "trainer.checkpoint_every=0",
                            f"trainer.warm_start.checkpoint={args.warm_start}", *args.overrides])
             runs[k].append(step_means(home))
