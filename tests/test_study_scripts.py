@@ -3,6 +3,7 @@ breaks one (a helper moved between modules) would otherwise surface only in the 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,3 +24,27 @@ def test_script_help(script: Path) -> None:
     proc = subprocess.run([sys.executable, str(script), "--help"], cwd=script.parent, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage:" in proc.stdout
+
+
+def test_self_play_eval_cache_keys_the_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """self_play.py reuses an eval only for the same weights: a folder trained again is evaluated again."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "studies"))
+    import self_play
+
+    model = tmp_path / "final_model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"a")
+    calls = []
+
+    def play(tag: str):
+        calls.append(tag)
+        return {"eval/reward": float(len(calls))}, {0: 1.0, 1: 0.5}
+
+    first = self_play.cached(tmp_path, f"{self_play.stamped(str(model))}|sampled", play, "one")
+    again = self_play.cached(tmp_path, f"{self_play.stamped(str(model))}|sampled", play, "two")
+    assert calls == ["one"] and again == first == ({"eval/reward": 1.0}, {0: 1.0, 1: 0.5})
+    st = (model / "model.safetensors").stat()
+    os.utime(model / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # trained again
+    redone = self_play.cached(tmp_path, f"{self_play.stamped(str(model))}|sampled", play, "three")
+    assert calls == ["one", "three"] and redone[0] == {"eval/reward": 2.0}
+    assert not list(tmp_path.glob("*.partial"))

@@ -4,7 +4,8 @@ A self-play eval split (`env.eval_opponent=null`: the agent is asked for every s
 the model under test (the run's shared policy) and every other seat by the frozen checkpoint, on an engine and a
 session server of its own (a frozen role model, `policies.py`). The seat of the model under test alternates with
 the match index (match i: seat i % seats), as the scripted opponents' matches do; each match scores that seat's
-outcome (1 win, 0.5 draw, 0 loss). Against a copy of itself a model scores 0.5 in expectation.
+outcome (1 win, 0.5 draw, 0 loss). A match cut short (a failed call, `agent.max_turns`) scores 0, so against a copy
+of itself a model scores 0.5 in expectation only when no match is cut short.
 """
 
 from __future__ import annotations

@@ -38,16 +38,25 @@ def wml(per_match: dict[int, float]) -> str:
     return f"{m:+.3f} ± {se:.3f} ({m / se if se else float('nan'):.1f} se)"
 
 
+def stamped(model: str) -> str:
+    """`model` and when its weights were written: a folder trained again under the same name is evaluated again."""
+    weights = sorted(Path(model).glob("*.safetensors"))
+    return f"{model}@{max((w.stat().st_mtime_ns for w in weights), default=0)}"
+
+
 def cached(home: Path, key: str, play, *args, **kwargs):
     """`play(*args, **kwargs)`'s (metrics, score per match), kept in `home/self_play_evals.json` under `key`: a later call (more
-    seeds, the final table) reuses an evaluation instead of playing it again."""
+    seeds, the final table) reuses an evaluation instead of playing it again. Keys name the models with `stamped` and
+    the study's overrides; the store is replaced whole, so a killed study never leaves it half written."""
     store = home / "self_play_evals.json"
     known = json.loads(store.read_text()) if store.is_file() else {}
     if key not in known:
         metrics, per_match = play(*args, **kwargs)
         known = json.loads(store.read_text()) if store.is_file() else {}
         known[key] = [metrics, {str(i): v for i, v in per_match.items()}]
-        store.write_text(json.dumps(known, indent=1))
+        partial = store.with_suffix(".json.partial")
+        partial.write_text(json.dumps(known, indent=1))
+        partial.replace(store)
     metrics, per_match = known[key]
     return metrics, {int(i): float(v) for i, v in per_match.items()}
 
@@ -81,6 +90,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     # Seed 0's own warm start (made here if missing; its run reuses it); the later seeds start from it.
     warm = warm_start_path(plan_for(compose_config(*[f"+recipe={RECIPE}", "seed=0", *extra]), home / "run-start"))
     start: dict[str, tuple[dict[str, float], dict[int, float]]] = {}  # the warm start's evals, made once
+    overrides = " ".join(extra)  # part of every cache key: other eval settings, other results
     rows, greedy_rows, vs_rows = [], [], []
     pooled: dict[str, list[list[float]]] = {"sampled": [], "greedy": []}
     for seed in args.seeds:
@@ -91,9 +101,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
         for label, temperature, table in (("sampled", None, rows), ("greedy", 0.0, greedy_rows)):
             # Every model samples with the sampling seeds of eval seed 0: paired by match and by draw.
             if label not in start:
-                start[label] = cached(home, f"{warm}|{label}", scores, cfg, plan, warm, 0, temperature)
+                start[label] = cached(home, f"{stamped(warm)}|{label}|{overrides}", scores, cfg, plan, warm, 0, temperature)
             m0, before = start[label]
-            m1, after = cached(home, f"{final}|{label}", scores, cfg, plan, final, 0, temperature)
+            m1, after = cached(home, f"{stamped(final)}|{label}|{overrides}", scores, cfg, plan, final, 0, temperature)
             diffs, diff = paired(before, after)
             pooled[label].append(diffs)
             table.append(f"| {seed} | {m0['eval/reward']:.3f} | {wml(before)} | {m1['eval/reward']:.3f} | "
@@ -101,7 +111,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
             print(table[-1], flush=True)
         vs_cfg = compose_config(*[f"+recipe={RECIPE}", f"seed={seed}", "env.eval_opponent=null", *extra])
         vs_plan = plan_for(vs_cfg, home / "run-eval-vs")
-        vm, per_match = cached(home, f"{final}|vs|{warm}", checkpoint_matches, vs_plan, final, warm,
+        vm, per_match = cached(home, f"{stamped(final)}|vs|{stamped(warm)}|{overrides}", checkpoint_matches, vs_plan, final, warm,
                                  sampling=vs_plan.sampling, seed_parts=(seed, "env-bench"))
         vs_rows.append(f"| {seed} | {vm['checkpoint/reward']:.3f} ± {vm['checkpoint/reward_stderr']:.3f} | "
                        f"{wml(per_match)} | {vm['checkpoint/win_share']:.3f} / {vm['checkpoint/draw_share']:.3f} / "
