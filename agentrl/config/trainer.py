@@ -14,7 +14,7 @@ from agentrl.config.staleness import check_retired_overlap, check_staleness
 LOSSES = ("grpo", "dr_grpo", "dapo", "gspo")
 ADVANTAGES = ("group_norm", "group_mean", "rloo", "per_role", "rae", "hierarchical")  # the last three: role_advantages.py
 KL_ESTIMATORS = ("k1", "k3")
-TIS_MODES = ("truncate", "mask")  # what importance sampling does with a weight above tis_cap (grpo_math.py)
+TIS_MODES = ("truncate", "mask", "ignore")  # what importance sampling does with a weight above tis_cap (grpo_math.py)
 TIS_LEVELS = ("token", "sequence")
 # Each loss's (clip_low, clip_high) when both are left null: the papers' settings (DAPO's clip-higher 0.28;
 # GSPO's sequence-level ratios stay much closer to 1, so its paper clips at 3e-4 / 4e-4).
@@ -53,7 +53,8 @@ def check_algorithm(c: Any, key: str = "trainer") -> None:
         raise ValueError(f"{key}.tis_mode={c.tis_mode!r}: choose one of {', '.join(TIS_MODES)}")
     if getattr(c, "tis_level", "token") not in TIS_LEVELS:
         raise ValueError(f"{key}.tis_level={c.tis_level!r}: choose one of {', '.join(TIS_LEVELS)}")
-    if tis == 0 and (getattr(c, "tis_mode", "truncate"), getattr(c, "tis_level", "token")) != ("truncate", "token"):
+    if tis == 0 and getattr(c, "tis_mode", "truncate") != "ignore" and \
+            (getattr(c, "tis_mode", "truncate"), getattr(c, "tis_level", "token")) != ("truncate", "token"):
         raise ValueError(f"{key}.tis_mode={c.tis_mode} / tis_level={c.tis_level} weight truncated importance "
                          f"sampling, which {key}.tis_cap=0 turns off: set tis_cap >= 1 or leave them at their defaults")
     low, high = c.clip_low, c.clip_high
@@ -212,7 +213,8 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
     kl_estimator: str = "k3"  # k1 | k3: the per-token KL estimate
     entropy_coef: float = 0.0  # >0 adds an entropy bonus (train/entropy is logged either way)
     tis_cap: float = 2.0  # truncated importance sampling against the engine's logprobs, weights cut at this; 0: off
-    # truncate: weights above tis_cap are cut to it | mask: tokens (or samples) above tis_cap leave the loss
+    # truncate: weights above tis_cap are cut to it | mask: tokens (or samples) above tis_cap leave the loss |
+    # ignore: no correction at all (the ratio to the learner's own start, weight 1: stale samples train as on-policy)
     tis_mode: str = "truncate"
     tis_level: str = "token"  # token: one weight per token | sequence: one per sample (its tokens' geometric mean)
     norm_tokens: int = 512  # dr_grpo: the loss is divided by samples x norm_tokens, a constant

@@ -32,6 +32,9 @@ pre-TIS behaviour). Where the engine and learner agree, both give the same value
 masked importance sampling does: a token of a stale or partial rollout far likelier under the learner than
 under the engine that sampled it leaves the loss instead of entering it at weight C. `tis_level=sequence`
 uses one weight per sample (the geometric mean over its tokens, as gspo) on each of its tokens.
+`tis_mode=ignore` turns every correction off: the ratio is taken against p_old and every weight is 1, whatever
+`tis_cap`, so a stale or partial rollout trains as if the learner's current weights had sampled it (what
+`trainer.max_staleness` costs without correction: issue 31's proof 2; NeMo-RL found async needs the correction).
 With partial rollouts q_t is the logprob of the weights that sampled token t (`Completion.token_versions`).
 """
 
@@ -196,7 +199,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         adv = adv[:, None].expand_as(logprobs)
     # The ratio's baseline b: the rollout policy, or with TIS the learner's own old policy (see the docstring).
     old = logprobs.detach() if behaviour_logprobs is None else behaviour_logprobs.to(logprobs.dtype)
-    base = old if tis_cap > 0 else q
+    ignore = tis_mode == "ignore"
+    base = old if tis_cap > 0 or ignore else q
     log_ratio = (logprobs - base) * m
     gap = (old - q) * m  # log(pi_learner / pi_engine) of the sampled tokens, at the batch's start
     if tis_mode not in TIS_MODES or tis_level not in TIS_LEVELS:
@@ -208,7 +212,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     elif tis_level == "sequence":  # one weight per sample, on each of its tokens
         gap = _seq_mean(gap, m)[:, None].expand_as(log_ratio)
     weight = torch.ones_like(gap)
-    if tis_cap > 0:
+    if tis_cap > 0 and not ignore:
         raw = torch.exp(gap)
         # mask with where, not raw * (raw <= cap): exp of a large gap is inf, and inf * 0 is NaN
         weight = raw.clamp(max=tis_cap) if tis_mode == "truncate" else torch.where(raw <= tis_cap, raw, 0.0)
@@ -241,8 +245,9 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         was_clipped = (clipped < unclipped) & on  # the min picked the clipped branch: no gradient there
         clip_fraction = float(was_clipped.sum()) / per
         approx_kl = float((0.5 * log_ratio.pow(2) * (on if sequence else m)).sum()) / per
-        tis_weight = float((weight * on).sum()) / per if tis_cap > 0 else 0.0
-        tis_clipped = float(((raw > tis_cap) & on).sum()) / per if tis_cap > 0 else 0.0
+        weighted = tis_cap > 0 and not ignore
+        tis_weight = float((weight * on).sum()) / per if weighted else 0.0
+        tis_clipped = float(((raw > tis_cap) & on).sum()) / per if weighted else 0.0
         # The engine's kernels (vLLM's, bf16 on a GPU) differ from the learner's pass: what TIS corrects.
         abs_gap = (old - q).abs() * m
         gap_mean = float(abs_gap.sum()) / norm

@@ -42,7 +42,7 @@ class Algorithm:
     kl_estimator: str = "k3"
     entropy_coef: float = 0.0
     tis_cap: float = 0.0  # 0: ratios against the engine's logprobs, no importance weight
-    tis_mode: str = "truncate"  # truncate | mask: a weight above tis_cap is cut to it, or its token leaves the loss
+    tis_mode: str = "truncate"  # truncate | mask | ignore: a weight above tis_cap is cut, masked; or no correction
     tis_level: str = "token"  # token | sequence: one weight per token, or per sample
     norm_tokens: int = 512  # dr_grpo's constant normalizer per sample
     overlong_max_tokens: int = 0  # dapo's overlong penalty (0: none)

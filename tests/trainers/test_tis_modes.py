@@ -51,6 +51,22 @@ def test_sequence_level_gives_every_token_the_samples_one_weight():
     assert torch.allclose(-3 * token_grads(over, tis_level="sequence"), torch.full((3,), CAP), atol=1e-5)
 
 
+def test_ignore_trains_a_stale_sample_as_if_on_policy():
+    # no weight on any token, and the ratio is to p_old, not q: with q far from p_old (a stale sample) every token
+    # gets the on-policy gradient -1/3, where against q the ratio exp(p_old - q) would be clipped at 1 + 0.2
+    g = token_grads(tis_mode="ignore")
+    assert torch.allclose(-3 * g, torch.ones(3), atol=1e-6)
+    for cap in (0.0, 1.0):  # whatever the cap, even 0 (which otherwise means "ratio to q")
+        logprobs = P_OLD.clone().requires_grad_(True)
+        out = policy_loss(logprobs, Q, torch.tensor([1.0]), MASK, tis_cap=cap, tis_mode="ignore",
+                          behaviour_logprobs=P_OLD)
+        out.loss.backward()
+        assert torch.allclose(-3 * logprobs.grad[0], torch.ones(3), atol=1e-6)
+        assert out.tis_weight == 0.0 and out.tis_clipped == 0.0
+    assert token_grads(tis_mode="truncate")[2] != g[2]  # the corrected modes do weigh that token
+    GRPOTrainerConfig(tis_cap=0.0, tis_mode="ignore")  # a valid setting with the cap off too
+
+
 def test_mask_of_a_huge_gap_is_zero_not_nan():
     # exp(120) overflows float32 to inf; masking it must give weight 0, not inf * 0 = NaN
     g = token_grads(torch.tensor([[-1.0, -1.5, -121.0]]), tis_mode="mask")
@@ -67,7 +83,7 @@ def test_modes_without_a_cap_are_refused():
 
 
 def test_unknown_modes_are_refused_naming_the_key():
-    with pytest.raises(ValueError, match="trainer.tis_mode='clip': choose one of truncate, mask"):
+    with pytest.raises(ValueError, match="trainer.tis_mode='clip': choose one of truncate, mask, ignore"):
         GRPOTrainerConfig(tis_mode="clip")
     with pytest.raises(ValueError, match="trainer.tis_level='batch': choose one of token, sequence"):
         GRPOTrainerConfig(tis_level="batch")
