@@ -11,25 +11,21 @@ part of the plays the step waited for, and of the update, then the ratio overlap
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_threads import agentrl  # noqa: E402 - the sibling benchmark's runner
+from bench_threads import agentrl, metric_means  # noqa: E402 - the sibling benchmark's runner and reader
 
 KEYS = ("step", "generate", "generate_wait", "train")
 
 
 def step_times(home: Path) -> dict[str, float]:
     """Mean seconds of a GRPO step and its parts over steps 2.. of the one run under `home`."""
-    con = sqlite3.connect(next(home.rglob("mlflow.db")))
-    out = {}
-    for key in KEYS:
-        values = [v for (v,) in con.execute("SELECT value FROM metrics WHERE key = ? AND step > 1", (f"time/{key}_s",))]
-        out[key] = statistics.fmean(values) if values else float("nan")
+    means = metric_means(home, [f"time/{key}_s" for key in KEYS])
+    out = {key: means[f"time/{key}_s"] for key in KEYS}
     if out["generate_wait"] != out["generate_wait"]:  # a run that did not log waits waited for all of its plays
         out["generate_wait"] = out["generate"]
     return out

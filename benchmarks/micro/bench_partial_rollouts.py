@@ -14,14 +14,13 @@ interleaved per round so each sees the same machine load: pushes that wait for t
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_threads import agentrl  # noqa: E402 - the sibling benchmark's runner
+from bench_threads import agentrl, metric_means  # noqa: E402 - the sibling benchmark's runner and reader
 
 SETTINGS = {  # name -> overrides
     "wait, in-process": ["trainer.partial_rollouts=false", "inference.process=false"],
@@ -34,12 +33,7 @@ KEYS = ("time/step_s", "async/engine_idle", "async/resumed_partial")
 
 def means(home: Path) -> dict[str, float]:
     """Mean of each of KEYS over steps 2.. of the one run under `home` (nan where it was not logged)."""
-    con = sqlite3.connect(next(home.rglob("mlflow.db")))
-    out = {}
-    for key in KEYS:
-        values = [v for (v,) in con.execute("SELECT value FROM metrics WHERE key = ? AND step > 1", (key,))]
-        out[key] = statistics.fmean(values) if values else float("nan")
-    return out
+    return metric_means(home, KEYS)
 
 
 def main() -> None:

@@ -11,14 +11,13 @@ update, the learner's and the engine's idle fractions and the staleness, then ea
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_threads import agentrl  # noqa: E402 - the sibling benchmark's runner
+from bench_threads import agentrl, metric_means  # noqa: E402 - the sibling benchmark's runner and reader
 
 KEYS = {"step_s": "time/step_s", "wait_s": "time/generate_wait_s", "train_s": "time/train_s",
         "learner_idle": "async/learner_idle", "engine_idle": "async/engine_idle",
@@ -27,12 +26,8 @@ KEYS = {"step_s": "time/step_s", "wait_s": "time/generate_wait_s", "train_s": "t
 
 def step_means(home: Path) -> dict[str, float]:
     """Mean of each metric over steps 2.. of the one run under `home` (nan: not logged)."""
-    con = sqlite3.connect(next(home.rglob("mlflow.db")))
-    out = {}
-    for name, key in KEYS.items():
-        values = [v for (v,) in con.execute("SELECT value FROM metrics WHERE key = ? AND step > 1", (key,))]
-        out[name] = statistics.fmean(values) if values else float("nan")
-    return out
+    means = metric_means(home, KEYS.values())
+    return {name: means[key] for name, key in KEYS.items()}
 
 
 def main() -> None:

@@ -25,6 +25,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,14 +62,21 @@ CONTENDED_SETTINGS = {
 }
 
 
+def metric_means(home: Path, keys: Iterable[str]) -> dict[str, float]:
+    """Each metric's mean over steps 2.. (step 1 is played then trained at every setting) of the one run under
+    `home`, read from its own MLflow store; nan where it was not logged."""
+    with closing(sqlite3.connect(next(home.rglob("mlflow.db")))) as con:
+        out = {}
+        for key in keys:
+            values = [v for (v,) in con.execute("SELECT value FROM metrics WHERE key = ? AND step > 1", (key,))]
+            out[key] = statistics.fmean(values) if values else float("nan")
+    return out
+
+
 def grpo_step_times(home: Path) -> dict[str, float]:
     """Mean seconds of a GRPO step and its parts, steps 2.. (one run, its own MLflow store)."""
-    con = sqlite3.connect(next(home.rglob("mlflow.db")))
-    out = {}
-    for key in ("time/step_s", "time/generate_s", "time/train_s"):
-        values = [v for (v,) in con.execute("SELECT value FROM metrics WHERE key = ? AND step > 1", (key,))]
-        out[key.removeprefix("time/").removesuffix("_s")] = statistics.fmean(values)
-    return out
+    means = metric_means(home, ("time/step_s", "time/generate_s", "time/train_s"))
+    return {key.removeprefix("time/").removesuffix("_s"): value for key, value in means.items()}
 
 
 def sft_seconds(log: str, steps: int) -> float:
