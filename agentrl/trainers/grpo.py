@@ -66,7 +66,7 @@ from agentrl.trainers.role_advantages import role_advantage_problem
 from agentrl.trainers.rollout import make_row
 from agentrl.trainers.services import start_services
 from agentrl.trainers.staleness import STALE, EngineIdle, play_staleness, split_stale, staleness_metrics
-from agentrl.trainers.step_parts import RowStream, checkpoint_root, fill_step, weight_lag
+from agentrl.trainers.step_parts import RowStream, checkpoint_root, fill_step, tail_seconds, weight_lag
 from agentrl.trainers.step_products import StepBatch, StepStats, StepTimes
 from agentrl.trainers.warm_start import warm_start_path
 
@@ -225,19 +225,25 @@ class GRPOTrainer(TrainerBase):
         t, s, svc = self.t, self.settings, self.services
         began, version = time.monotonic(), svc.engine.weight_version
 
+        tail = [0.0]
+
         def play(indices: list[int], attempt: int) -> list[list[Rollout]]:
             rows = [make_row(self.plan.bundle, s.env.train_split, i, svc.env_url, svc.env_settings) for i in indices]
-            return asyncio.run(svc.runner.play_rows(rows, t.samples_per_prompt,
-                                                    request_kwargs=self.plan.sampling.request_kwargs(),
-                                                    seed_parts=(s.seed, step, attempt),
-                                                    trace_as=TraceAs("train", step)))
+            ends: list[float] = []
+            started = time.monotonic()
+            groups = asyncio.run(svc.runner.play_rows(rows, t.samples_per_prompt,
+                                                      request_kwargs=self.plan.sampling.request_kwargs(),
+                                                      seed_parts=(s.seed, step, attempt),
+                                                      trace_as=TraceAs("train", step), ends=ends))
+            tail[0] += tail_seconds(started, ends)
+            return groups
 
         kept, played, dropped, drawn = fill_step(self.rows.next, play, want=t.prompts_per_step,
                                                  budget=t.prompts_per_step + t.max_extra_rows, drop=self._filter)
         if svc.runner.breaker is not None:  # the console hears of a step that mostly failed
             svc.runner.breaker.step_done(step, played)
         return StepBatch(step, kept, played, dropped, drawn, row_cursor=self.rows.cursor, played_from=version,
-                         generate_s=time.monotonic() - began,
+                         generate_s=time.monotonic() - began, tail_s=tail[0],
                          breakdown=dict(self.plan.bundle.train_breakdown))
 
     def _filter(self, group: list[Rollout]) -> str | None:

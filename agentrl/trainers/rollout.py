@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -135,9 +136,10 @@ class RolloutRunner:
 
     async def play_rows(self, rows: Sequence[dict[str, Any]], n: int | Sequence[int], *,
                         request_kwargs: dict[str, Any], seed_parts: tuple[Any, ...],
-                        trace_as: TraceAs | None = None) -> list[list[Rollout]]:
+                        trace_as: TraceAs | None = None, ends: list[float] | None = None) -> list[list[Rollout]]:
         """Every row's plays (`n` each, or `n[i]` for row i), all at once; one list per row, in row order.
-        `trace_as`: the split and step the plays' traces are tagged with (None: not traced).
+        `trace_as`: the split and step the plays' traces are tagged with (None: not traced). `ends`, when given,
+        gets each play's `time.monotonic()` at its end (the step's long-tail metric, `tail_seconds`).
 
         Under the run's `breaker` a dependency that dies cuts the plays in flight and stops the call with
         `DependencyLost` (or waits for it and replays what it cut: `agentrl.trainers.dependency`).
@@ -146,8 +148,11 @@ class RolloutRunner:
         units = [(i, j) for i, count in enumerate(counts) for j in range(count)]
 
         async def play(unit: Any) -> list[Rollout]:
-            return await self.play_one(rows[unit[0]], unit[1], request_kwargs=request_kwargs, seed_parts=seed_parts,
-                                       trace_as=trace_as)
+            played = await self.play_one(rows[unit[0]], unit[1], request_kwargs=request_kwargs, seed_parts=seed_parts,
+                                         trace_as=trace_as)
+            if ends is not None:
+                ends.append(time.monotonic())
+            return played
 
         if self.breaker is None:
             done = dict(zip(units, await asyncio.gather(*(play(u) for u in units)), strict=True))

@@ -115,3 +115,14 @@ def weight_lag(played: list[Rollout], now: int | None) -> dict[str, float]:
     versions = [v for r in played if r.policy == MAIN and r.sample is not None
                 for v in r.sample.metadata.get("weight_versions", ()) if v is not None]
     return {"rollout/weight_lag": now - sum(versions) / len(versions)} if now is not None and versions else {}
+
+
+def tail_seconds(began: float, ends: Sequence[float]) -> float:
+    """The long tail of one `play_rows` call begun at `began` whose plays ended at `ends`: the seconds from the
+    moment half its plays had ended to the moment the last did. Through the tail fewer than half the plays are
+    still running, so the engine serves a shrinking batch while the step waits for its slowest episodes."""
+    if not ends:
+        return 0.0
+    ordered = sorted(ends)
+    half = ordered[(len(ordered) - 1) // 2]  # the median end (the lower one of an even count)
+    return max(0.0, ordered[-1] - max(half, began))

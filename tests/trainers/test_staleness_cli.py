@@ -28,7 +28,7 @@ TINY = ["env=arith", "agent=tool_calling", "reward=env_score", "agent.max_turns=
         "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024"]
 ASYNC = ["async/staleness_mean", "async/staleness_max", "async/dropped_stale", "async/held_s", "async/held_stale",
          "async/learner_idle", "async/producer_idle", "async/engine_idle", "async/resumed_partial",
-         "train/logprob_gap_mean", "train/logprob_gap_max"]
+         "train/logprob_gap_mean", "train/logprob_gap_max", "rollout/tail_share"]
 
 
 def _env(home: Path, args: list[str]) -> dict[str, str]:
@@ -70,6 +70,8 @@ def test_two_steps_at_k2_log_every_async_metric_each_step(tmp_path: Path) -> Non
     assert all(0 <= v <= 1 for k in ("async/learner_idle", "async/producer_idle", "async/engine_idle")
                for v in history(k).values())
     assert history("async/dropped_stale") == {1: 0.0, 2: 0.0}  # stale_policy=wait drops nothing
+    # Four concurrent plays never end at the same instant: each step's play had a tail, and it was part of the play.
+    assert all(0 < v < 1 for v in history("rollout/tail_share").values()), history("rollout/tail_share")
 
 
 @pytest.mark.slow
