@@ -5,12 +5,17 @@ and one torch thread pool, so on a small CPU box they take turns. In a child pro
 the child runs `EmbeddedEngine` with `inference.process_threads` torch threads (0: half the cores), the trainer
 keeps the rest (`trainer.threads`); the plan's `threads` line prints both.
 
-How. The parent (`ProcessEngine`) keeps the tokenizer (the session server renders chats with it) and talks to the
-child over one pipe: generate / cancel / update_weights / stats, each answered by id. Weights travel as a saved
+The session server goes there too (`serve_sessions`, what the trainers start): its HTTP, chat rendering and
+tokenizing would otherwise share the learner's interpreter (its GIL) and core. Only the agent loop, the env
+server and the learner stay in the parent.
+
+How. The parent (`ProcessEngine`) keeps a tokenizer (for callers that render chats here) and talks to the
+child over one pipe: generate / cancel / update_weights / stats / serve, each answered by id. Weights travel as a saved
 safetensors folder (as vLLM's do), written next to nothing the caller owns and deleted after the child loaded it.
 The child dies with the run: it exits when the pipe closes (the parent exited) and asks the kernel to kill it
 when the parent dies (PR_SET_PDEATHSIG). A child that dies is named at once: every waiting call and every later
-one fails with `EngineUnavailable` naming its exit code, and `failure` makes the session server's /health 503.
+one fails with `EngineUnavailable` naming its exit code, and `failure` makes an in-parent session server's /health 503; a session server in the child goes with it (its
+port refuses), which the trainer's dependency watch names as the engine.
 """
 
 from __future__ import annotations
@@ -137,6 +142,13 @@ class ProcessEngine:
         self.weight_version = int(self._call("update_adapter", arrays, lora, mode).result(timeout=timeout))
         return self.weight_version
 
+    def serve_sessions(self, *, host: str = "127.0.0.1", port: int = 0, **options: Any) -> ChildSessionServer:
+        """Start a session server (`start_session_server(engine, ...)`, `options` its keywords) in the child,
+        over the child's engine; returns once it accepts connections. It stops with the child (`close`)."""
+        url = self._call("serve", host, int(port), options).result(timeout=READY_TIMEOUT_S)
+        log.info("engine process %d serves sessions at %s", self.pid, url)
+        return ChildSessionServer(url)
+
     @property
     def stats(self) -> EngineStats:
         """The child engine's counters (`idle_fraction()` included), read now."""
@@ -192,6 +204,16 @@ class ProcessEngine:
         self.close()
 
 
+class ChildSessionServer:
+    """A session server running in an engine's child process: its `base_url`; `stop()` is the child's to do."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Nothing here: the child stops its server (draining the turns in flight) when the engine closes."""
+
+
 class _Closed(EngineUnavailable):
     """Closed on purpose (not logged as a failure)."""
 
@@ -224,6 +246,7 @@ def _child_main(conn: Any, model_path: str, threads: int, engine_kwargs: dict[st
                          "default_stop_ids": sorted(engine.default_stop_ids)}))
     send_lock = threading.Lock()
     running: dict[int, concurrent.futures.Future] = {}
+    servers: list[Any] = []  # session servers started by "serve"
 
     def reply(call_id: int, ok: bool, value: Any) -> None:
         with send_lock:
@@ -252,6 +275,15 @@ def _child_main(conn: Any, model_path: str, threads: int, engine_kwargs: dict[st
         except Exception as exc:  # noqa: BLE001 - a bad update fails its caller
             reply(call_id, False, exc)
 
+    def serve(call_id: int, host: str, port: int, options: dict[str, Any]) -> None:
+        try:
+            from agentrl.inference.server import start_session_server
+
+            servers.append(start_session_server(engine, host=host, port=port, **options))
+            reply(call_id, True, servers[-1].base_url)
+        except Exception as exc:  # noqa: BLE001 - a port in use fails its caller, named
+            reply(call_id, False, exc)
+
     try:
         while True:
             try:
@@ -277,5 +309,9 @@ def _child_main(conn: Any, model_path: str, threads: int, engine_kwargs: dict[st
                 threading.Thread(target=push, args=(call_id, op, args), daemon=True).start()  # blocks until applied
             elif op == "stats":
                 reply(call_id, True, engine.stats)
+            elif op == "serve":
+                threading.Thread(target=serve, args=(call_id, *args), daemon=True).start()  # waits for the socket
     finally:
+        for server in servers:  # first, so that the turns in flight are answered (503) before the engine goes
+            server.stop()
         engine.close()

@@ -1,7 +1,8 @@
 """The processes a trainer runs beside itself: the inference engine, its session server and the env server.
 
-All three run in this process on loopback ports (threads), and `RolloutServices.close()` stops them in
-reverse order. A role that plays its own model folder (`policies.py`) gets its own engine and session server
+All three run in this process on loopback ports (threads), except that an engine with a process of its own
+(`inference.process=true`) runs its session server there too; `RolloutServices.close()` stops them in reverse
+order. A role that plays its own model folder (`policies.py`) gets its own engine and session server
 beside them (on a free port); the runner routes that role's sessions there. Nothing here knows about losses or optimizers.
 """
 
@@ -61,6 +62,16 @@ def dependency_breaker(t: Any, env_url: str, engine_url: str) -> Breaker | None:
                    on_loss=t.on_dependency_loss, notes=FailureNotes(t.warn_failure_share))
 
 
+def serve_sessions(engine: Any, **options: Any) -> Any:
+    """A started session server over `engine` (`start_session_server`'s keywords): in the engine's own process
+    when it has one (`ProcessEngine.serve_sessions`), else on a thread here."""
+    if callable(getattr(engine, "serve_sessions", None)):
+        return engine.serve_sessions(**options)
+    from agentrl.inference.server import start_session_server
+
+    return start_session_server(engine, **options)
+
+
 def start_services(plan: Any, model_path: str, policies: Sequence[Policy] = ()) -> RolloutServices:
     """Start the engine on `model_path` (the shared policy, `main`), a session server over it, and the env server
     (unless env.server.url). Every other policy in `policies` that is a model folder gets its own engine (on
@@ -69,7 +80,6 @@ def start_services(plan: Any, model_path: str, policies: Sequence[Policy] = ()) 
     Everything comes from the plan: its engine factory, its bundle, agent and reward, and its typed settings.
     """
     from agentrl.envs.server import build_app, start_server_in_thread
-    from agentrl.inference.server import start_session_server
 
     settings = plan.settings
     server, inference = settings.env.server, settings.inference
@@ -86,7 +96,7 @@ def start_services(plan: Any, model_path: str, policies: Sequence[Policy] = ()) 
             stops.append(stop_env)
         engine = plan.engine_factory(model_path)
         stops.append(engine.close)
-        session_server = start_session_server(engine, host=inference.host, port=inference.port, **session_options)
+        session_server = serve_sessions(engine, host=inference.host, port=inference.port, **session_options)
         stops.append(session_server.stop)
         engines, servers = {MAIN: engine}, {}
         for policy in policies:
@@ -94,7 +104,7 @@ def start_services(plan: Any, model_path: str, policies: Sequence[Policy] = ()) 
                 continue
             engines[policy.name] = plan.engine_factory(policy.path)
             stops.append(engines[policy.name].close)
-            own = start_session_server(engines[policy.name], host=inference.host, port=0, **session_options)
+            own = serve_sessions(engines[policy.name], host=inference.host, port=0, **session_options)
             stops.append(own.stop)
             servers[policy.name] = own.base_url
         frozen = [r.name for r in settings.agent.role_list() if r.frozen] + untrained_roles(policies)

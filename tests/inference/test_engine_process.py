@@ -91,3 +91,29 @@ def test_a_lora_adapter_reaches_the_child(tmp_path):
         got = asyncio.run(child.generate(PROMPT, max_tokens=8, temperature=0.0, ignore_eos=True))
     assert got.token_ids == want.token_ids != before
     assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-4)
+
+
+def test_the_session_server_runs_in_the_child_and_goes_with_it(random_model):
+    """`serve_sessions`: a chat turn through the child's own session server; kill the child and its port refuses
+    (an in-parent server would still answer, with a 503)."""
+    import httpx
+
+    from agentrl.trainers.services import serve_sessions
+
+    eng = ProcessEngine(random_model, threads=1)
+    try:
+        server = serve_sessions(eng, port=0, default_max_tokens=8)
+        sid = httpx.post(f"{server.base_url}/sessions", timeout=60).json()["session_id"]
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "seed": 1}
+        turn = httpx.post(f"{server.base_url}/sessions/{sid}/v1/chat/completions", json=body, timeout=120)
+        assert turn.status_code == 200, turn.text
+        assert turn.json()["usage"]["completion_tokens"] >= 1
+        records = httpx.get(f"{server.base_url}/sessions/{sid}", timeout=60).json()["records"]
+        assert len(records) == 1
+        assert eng.stats.requests == 1  # the turn reached the child's engine
+        os.kill(eng.pid, signal.SIGKILL)
+        eng._proc.join(60)  # noqa: SLF001
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{server.base_url}/health", timeout=10)
+    finally:
+        eng.close()
