@@ -10,12 +10,13 @@ tokenizing would otherwise share the learner's interpreter (its GIL) and core. O
 server and the learner stay in the parent.
 
 How. The parent (`ProcessEngine`) keeps a tokenizer (for callers that render chats here) and talks to the
-child over one pipe: generate / cancel / update_weights / stats / serve, each answered by id. Weights travel as a saved
-safetensors folder (as vLLM's do), written next to nothing the caller owns and deleted after the child loaded it.
+child over one pipe: generate / cancel / update_weights / stats / serve, each answered by id. Weights travel as
+a saved safetensors folder (as vLLM's do), written next to nothing the caller owns and deleted after the child loaded it.
 The child dies with the run: it exits when the pipe closes (the parent exited) and asks the kernel to kill it
 when the parent dies (PR_SET_PDEATHSIG). A child that dies is named at once: every waiting call and every later
-one fails with `EngineUnavailable` naming its exit code, and `failure` makes an in-parent session server's /health 503; a session server in the child goes with it (its
-port refuses), which the trainer's dependency watch names as the engine.
+one fails with `EngineUnavailable` naming its exit code, and `failure` makes an in-parent session server's
+/health 503; a session server in the child goes with it (its port refuses), which the trainer's dependency
+watch names as the engine.
 """
 
 from __future__ import annotations

@@ -224,8 +224,7 @@ class GRPOTrainer(TrainerBase):
         rows were drawn): `fill_step`. Runs on the producer thread under max_staleness >= 1."""
         t, s, svc = self.t, self.settings, self.services
         began, version = time.monotonic(), svc.engine.weight_version
-
-        tail = [0.0]
+        tail = [0.0]  # the step's long-tail seconds, over its play calls
 
         def play(indices: list[int], attempt: int) -> list[list[Rollout]]:
             rows = [make_row(self.plan.bundle, s.env.train_split, i, svc.env_url, svc.env_settings) for i in indices]

@@ -21,7 +21,8 @@ class StepBatch:
     row_cursor: int  # the row stream's cursor after this step's draws: a checkpoint of this step resumes there
     played_from: int | None  # the engine's weight version when the play began (None: the engine has none)
     generate_s: float  # the play's own wall seconds (hidden behind the previous update when played ahead)
-    tail_s: float = 0.0  # of generate_s, the seconds fewer than half of a play call's episodes were still running
+    # of generate_s, the seconds fewer than half of a play call's episodes were still running (None: not measured)
+    tail_s: float | None = None
     # The bundle's `train_breakdown` (task fact -> metric name): env=mix's train/reward/<group>.
     breakdown: dict[str, str] = field(default_factory=dict)
 
@@ -36,7 +37,8 @@ class StepBatch:
         metrics = rollout_metrics(self.played, self.breakdown)
         metrics.update(drop_metrics(self.dropped, drawn=self.rows_drawn, kept=len(self.kept)))
         metrics["time/generate_s"] = self.generate_s
-        metrics["rollout/tail_share"] = self.tail_s / self.generate_s if self.generate_s > 0 else 0.0
+        if self.tail_s is not None:  # the built-in trainer measures it; TRL's generation does not say
+            metrics["rollout/tail_share"] = self.tail_s / self.generate_s if self.generate_s > 0 else 0.0
         return metrics
 
 
