@@ -229,12 +229,11 @@ class GRPOTrainer(TrainerBase):
         def play(indices: list[int], attempt: int) -> list[list[Rollout]]:
             rows = [make_row(self.plan.bundle, s.env.train_split, i, svc.env_url, svc.env_settings) for i in indices]
             ends: list[float] = []
-            started = time.monotonic()
             groups = asyncio.run(svc.runner.play_rows(rows, t.samples_per_prompt,
                                                       request_kwargs=self.plan.sampling.request_kwargs(),
                                                       seed_parts=(s.seed, step, attempt),
                                                       trace_as=TraceAs("train", step), ends=ends))
-            tail[0] += tail_seconds(started, ends)
+            tail[0] += tail_seconds(ends)
             return groups
 
         kept, played, dropped, drawn = fill_step(self.rows.next, play, want=t.prompts_per_step,

@@ -117,12 +117,11 @@ def weight_lag(played: list[Rollout], now: int | None) -> dict[str, float]:
     return {"rollout/weight_lag": now - sum(versions) / len(versions)} if now is not None and versions else {}
 
 
-def tail_seconds(began: float, ends: Sequence[float]) -> float:
-    """The long tail of one `play_rows` call begun at `began` whose plays ended at `ends`: the seconds from the
-    moment half its plays had ended to the moment the last did. Through the tail fewer than half the plays are
-    still running, so the engine serves a shrinking batch while the step waits for its slowest episodes."""
+def tail_seconds(ends: Sequence[float]) -> float:
+    """The long tail of one `play_rows` call whose plays ended at `ends`: the seconds from the moment half its
+    plays had ended to the moment the last did. Through the tail fewer than half the plays are still running, so
+    the engine serves a shrinking batch while the step waits for its slowest episodes."""
     if not ends:
         return 0.0
     ordered = sorted(ends)
-    half = ordered[(len(ordered) - 1) // 2]  # the median end (the lower one of an even count)
-    return max(0.0, ordered[-1] - max(half, began))
+    return ordered[-1] - ordered[(len(ordered) - 1) // 2]  # from the median end (the lower one of an even count)

@@ -55,8 +55,9 @@ def main() -> None:
         for i, (name, overrides) in enumerate(SETTINGS.items()):
             home = root / f"run-{r}-{i}"
             agentrl(home, [f"+recipe={args.recipe}", f"trainer.max_staleness={args.max_staleness}",
-                           f"trainer.steps={args.steps}", "trainer.eval_every=0", "trainer.eval_limit=4", "trainer.checkpoint_every=0",
-                           f"trainer.warm_start.checkpoint={args.warm_start}", *overrides, *args.overrides])
+                           f"trainer.steps={args.steps}", "trainer.eval_every=0", "trainer.eval_limit=4",
+                           "trainer.checkpoint_every=0", f"trainer.warm_start.checkpoint={args.warm_start}",
+                           *overrides, *args.overrides])
             runs[name].append(means(home))
             print(f"round {r + 1}, {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in runs[name][-1].items()),
                   flush=True)

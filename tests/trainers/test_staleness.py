@@ -166,10 +166,10 @@ def test_miles_refuses_k_at_plan_time_naming_its_flag() -> None:
 def test_the_long_tail_runs_from_the_median_end_to_the_last() -> None:
     from agentrl.trainers.step_parts import tail_seconds
 
-    # Five plays begun at t=10: three end by t=12, the stragglers at 15 and 20: fewer than half run from 12 on.
-    assert tail_seconds(10.0, [20.0, 11.0, 12.0, 15.0, 11.5]) == pytest.approx(8.0)
+    # Five plays: three end by t=12, the stragglers at 15 and 20: fewer than half run from 12 on.
+    assert tail_seconds([20.0, 11.0, 12.0, 15.0, 11.5]) == pytest.approx(8.0)
     # Four plays: the tail starts at the second end (half have ended), not between the two middle ones.
-    assert tail_seconds(0.0, [1.0, 2.0, 3.0, 9.0]) == pytest.approx(7.0)
-    assert tail_seconds(0.0, [4.0, 4.0, 4.0]) == 0.0  # all end together: no tail
-    assert tail_seconds(5.0, [6.0]) == 0.0  # one play is its own median
-    assert tail_seconds(5.0, []) == 0.0
+    assert tail_seconds([1.0, 2.0, 3.0, 9.0]) == pytest.approx(7.0)
+    assert tail_seconds([4.0, 4.0, 4.0]) == 0.0  # all end together: no tail
+    assert tail_seconds([6.0]) == 0.0  # one play is its own median
+    assert tail_seconds([]) == 0.0
