@@ -141,7 +141,8 @@ class Plan:
             f"recipe     {self.choices.get('recipe') or '(none: the defaults)'}",
             f"env        {self.choices.get('env')}: bundle {self.bundle.name} v{self.bundle.version} ({splits}); "
             f"train split {s.env.train_split}, eval split {s.env.eval_split}",
-            f"server     {s.env.server.url or 'started for this run on ' + s.env.server.host}, "
+            f"server     {s.env.server.url or 'started for this run on ' + s.env.server.host}"
+            f"{' in a process of its own (env.server.process)' if s.env.server.process else ''}, "
             f"max_concurrent_envs={s.env.server.max_concurrent_envs}, sandbox {s.sandbox.kind}",
             f"agent      {self.choices.get('agent')}: {type(self.agent).__name__} (max_turns={s.agent.max_turns})",
             f"reward     {self.choices.get('reward')}: {self.reward!r}",

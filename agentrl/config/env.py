@@ -33,6 +33,14 @@ class EnvServerConfig:
     connect_timeout: float = CONNECT_TIMEOUT_S
     # The *name* of the environment variable that holds the bearer token; the token never enters config.
     token_var: str | None = None
+    # Serve the run's env server (url null) from a child process of its own instead of a thread of the trainer's,
+    # so its HTTP and tool calls leave the learner's interpreter (agentrl/envs/server/process.py).
+    process: bool = False
+
+    def __post_init__(self) -> None:
+        if self.process and self.url:
+            raise ValueError(f"env.server.process=true starts a server for this run, but env.server.url={self.url} "
+                             "names one already running: set one of them")
 
 
 @dataclass

@@ -27,12 +27,12 @@ import itertools
 import logging
 import multiprocessing as mp
 import shutil
-import signal
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentrl.child_process import die_with_parent
 from agentrl.config.inference import EmbeddedInferenceConfig as Embedded  # the defaults' one home
 from agentrl.devices import engine_threads
 from agentrl.inference.completion import Completion, EngineStats, EngineUnavailable, resolve
@@ -222,17 +222,8 @@ class _Closed(EngineUnavailable):
 # ---------------------------------------------------------------------- the child
 
 
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the closed pipe still ends the child
-        pass
-
-
 def _child_main(conn: Any, model_path: str, threads: int, engine_kwargs: dict[str, Any]) -> None:
-    _die_with_parent()
+    die_with_parent()
     import torch
 
     torch.set_num_threads(threads)

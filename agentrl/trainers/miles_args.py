@@ -143,6 +143,10 @@ def check_config(settings: RunConfig) -> None:
     t = miles_settings(settings)
     if problem := miles_algorithm_problem(t):  # also the schema's own check, so it fails when the plan is built
         raise MilesConfigError(problem)
+    if settings.env.server.process:
+        raise MilesConfigError("env.server.process=true is not applied under trainer=miles: Miles' learner and "
+                               "engines run in processes of their own, and the env server it starts runs beside "
+                               "its launcher; leave it false")
     for key in ("prompts_per_step", "samples_per_prompt", "global_batch_size", "steps", "gpus_per_node",
                 "num_nodes", "rollout_gpus_per_engine", "tensor_parallel", "max_response_tokens",
                 "max_drops_in_a_row"):

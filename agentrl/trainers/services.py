@@ -1,7 +1,8 @@
 """The processes a trainer runs beside itself: the inference engine, its session server and the env server.
 
 All three run in this process on loopback ports (threads), except that an engine with a process of its own
-(`inference.process=true`) runs its session server there too; `RolloutServices.close()` stops them in reverse
+(`inference.process=true`) runs its session server there too, and `env.server.process=true` serves the env from a
+child of its own; `RolloutServices.close()` stops them in reverse
 order. A role that plays its own model folder (`policies.py`) gets its own engine and session server
 beside them (on a free port); the runner routes that role's sessions there. Nothing here knows about losses or optimizers.
 """
@@ -72,6 +73,22 @@ def serve_sessions(engine: Any, **options: Any) -> Any:
     return start_session_server(engine, **options)
 
 
+def serve_env(bundle: Any, server: Any, *, sandbox: dict[str, Any]) -> tuple[str, Any]:
+    """Serve `bundle` for this run with `server`'s settings (`env.server`): on a thread here, or in a child
+    process of its own (`env.server.process`). Returns its URL and the call that stops it."""
+    options = {"max_concurrent_envs": server.max_concurrent_envs, "sandbox": sandbox,
+               "tool_timeout": server.tool_timeout, "reset_timeout": server.reset_timeout,
+               "session_idle_timeout": server.session_idle_timeout}
+    if server.process:
+        from agentrl.envs.server.process import EnvServerProcess
+
+        child = EnvServerProcess(bundle.spec(), host=server.host, port=server.port, app_options=options)
+        return child.base_url, child.stop
+    from agentrl.envs.server import build_app, start_server_in_thread
+
+    return start_server_in_thread(build_app(bundle, **options), server.host, server.port)
+
+
 def start_services(plan: Any, model_path: str, policies: Sequence[Policy] = ()) -> RolloutServices:
     """Start the engine on `model_path` (the shared policy, `main`), a session server over it, and the env server
     (unless env.server.url). Every other policy in `policies` that is a model folder gets its own engine (on
@@ -79,8 +96,6 @@ def start_services(plan: Any, model_path: str, policies: Sequence[Policy] = ()) 
 
     Everything comes from the plan: its engine factory, its bundle, agent and reward, and its typed settings.
     """
-    from agentrl.envs.server import build_app, start_server_in_thread
-
     settings = plan.settings
     server, inference = settings.env.server, settings.inference
     session_options = {"default_max_tokens": settings.agent.max_response_tokens,
@@ -89,10 +104,7 @@ def start_services(plan: Any, model_path: str, policies: Sequence[Policy] = ()) 
     try:
         env_url = server.url
         if not env_url:
-            app = build_app(plan.bundle, max_concurrent_envs=server.max_concurrent_envs,
-                            sandbox=dataclasses.asdict(settings.sandbox), tool_timeout=server.tool_timeout,
-                            reset_timeout=server.reset_timeout, session_idle_timeout=server.session_idle_timeout)
-            env_url, stop_env = start_server_in_thread(app, server.host, server.port)
+            env_url, stop_env = serve_env(plan.bundle, server, sandbox=dataclasses.asdict(settings.sandbox))
             stops.append(stop_env)
         engine = plan.engine_factory(model_path)
         stops.append(engine.close)

@@ -1,5 +1,6 @@
-"""`inference.process=true` through the real CLI: the engine runs in a child process (its threads in the plan),
-two GRPO steps with partial rollouts log finite metrics, and no process of the run is left once it exits."""
+"""`inference.process=true` (and `env.server.process=true`) through the real CLI: the engine and the env server
+run in child processes (the engine's threads in the plan), two GRPO steps with partial rollouts log finite metrics,
+and no process of the run is left once it exits."""
 
 from __future__ import annotations
 
@@ -42,11 +43,12 @@ def processes_of(home: Path) -> list[int]:
 def test_two_steps_with_the_engine_in_its_own_process(tmp_path: Path) -> None:
     home = tmp_path / "home"
     args = [*TINY, "trainer.steps=2", "inference.process=true", "inference.process_threads=1",
-            "trainer.partial_rollouts=true"]
+            "trainer.partial_rollouts=true", "env.server.process=true"]
     run = run_agentrl(args, home)
     out = run.stdout + run.process.stderr
     assert re.search(r"engine process 1 \(inference\.process_threads", run.stdout), run.stdout[-3000:]
     assert re.search(r"engine process \d+ serves", out), out[-3000:]  # the engine ran in a child
+    assert re.search(r"env server process \d+ serves gridsim", out), out[-3000:]  # and the env server in another
     client = run.client()
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     rid = next(r.info.run_id for r in runs if r.data.metrics.get("train/loss") is not None)
