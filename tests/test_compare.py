@@ -4,6 +4,7 @@ runs of the same model and tasks, exactly 0 ± 0 with every task tied, and a ref
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -37,6 +38,14 @@ def test_compare_two_files_by_hand(tmp_path: Path) -> None:
     assert "duration_h=1: +0.1000 ± 0.1000 (1.0 se), n 2: won 1, lost 0, tied 1" in done.stdout
     assert "duration_h=4: +0.1000 ± 0.3000 (0.3 se), n 2: won 1, lost 1, tied 0" in done.stdout
     assert "over 4 tasks" in done.stdout
+    # the same results kept gzip-compressed (as benchmarks/data keeps them) compare the same; a broken one is named
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(a.read_bytes()))
+    done = run_cli(["compare", str(tmp_path / "a.jsonl.gz"), str(b)], cwd=tmp_path, timeout=600)
+    assert f"A - B, paired by task: +0.1000 ± {se:.4f}" in done.stdout, done.stderr[-3000:]
+    (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip")
+    done = run_cli(["compare", str(tmp_path / "bad.jsonl.gz"), str(b)], cwd=tmp_path, timeout=600)
+    assert done.returncode != 0 and "bad.jsonl.gz: not a readable per-task results file" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_compare_refuses_mismatched_tasks(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ the file is readable without agentrl.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,11 +96,16 @@ def write_results(path: Path, records: Sequence[Mapping[str, Any]]) -> Path:
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
-    """The records of a per-task results file, each checked for a task id and a non-empty list of scored samples."""
+    """The records of a per-task results file (gzip-compressed when it ends in .gz, as results kept in a repository
+    are), each checked for a task id and a non-empty list of scored samples."""
     if not path.is_file():
         raise EvalResultsError(f"{path}: no such per-task results file")
+    try:
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise EvalResultsError(f"{path}: not a readable per-task results file ({exc})") from None
     records = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
