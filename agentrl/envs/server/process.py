@@ -3,7 +3,9 @@
 Why. By default the trainer serves its env on a thread of its own process, so the env server's HTTP, WebSocket
 frames and tool calls share the learner's interpreter (its GIL) and core. A py-spy sample of an asynchronous run
 (`trainer.max_staleness=4`, the engine in its own process) found the env server's uvicorn thread in 20% of the
-samples where another thread held the learner's GIL. In a child it runs on its own interpreter.
+samples where another thread held the learner's GIL. In a child it runs on its own interpreter. On GridSim, whose
+episodes are one tool call, that bought no measurable speed (benchmarks/RESULTS.md); it is for envs whose tool
+calls are heavy Python, hence off by default.
 
 How. The child rebuilds the bundle from `Bundle.spec()` (as a Docker sandbox does), builds the same app the
 thread would serve, and serves it on its port; the parent waits for its URL. The child dies with the run: it stops
