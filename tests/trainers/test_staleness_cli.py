@@ -101,6 +101,7 @@ def test_killed_at_k2_resumes_at_the_trained_steps_cursor(tmp_path: Path) -> Non
     # Steps saved+1 and saved+2 were drawn and playing when step `saved` was saved: the cursor excludes them.
     assert state["row_cursor"] == 2 * saved
     last = saved + 1
+    killed_logged = set(_history(home)[1]("async/staleness_max"))
     again = [*TINY, f"trainer.steps={last}", "trainer.resume=true"]
     done = subprocess.run([sys.executable, "-m", "agentrl", *again], cwd=REPO, env=_env(home, again),
                           capture_output=True, text=True, timeout=1500)
@@ -110,4 +111,7 @@ def test_killed_at_k2_resumes_at_the_trained_steps_cursor(tmp_path: Path) -> Non
     assert resumed["row_cursor"] == 2 * last  # the replayed step drew the rows the killed run had drawn for it
     _, history = _history(home)
     assert sorted(history("train/reward")) == list(range(1, last + 1))
-    assert history("async/staleness_max")[last] == 0  # the resumed run's first step plays on its start weights
+    # The resumed run's first step plays on its start weights. A step the killed run had already logged before it
+    # died is not logged again (the run's history keeps the first), so its value is checked only when it is new.
+    if last not in killed_logged:
+        assert history("async/staleness_max")[last] == 0, history("async/staleness_max")
