@@ -42,6 +42,12 @@ class EnvServerConfig:
             raise ValueError(f"env.server.process=true starts a server for this run, but env.server.url={self.url} "
                              "names one already running: set one of them")
 
+    def app_options(self) -> dict[str, int | float]:
+        """The `build_app` options these settings fix: the run's env server is built from them, on a thread, in
+        a child process, or by Miles' launch (each adds its own token, reward and sandbox)."""
+        return {"max_concurrent_envs": self.max_concurrent_envs, "tool_timeout": self.tool_timeout,
+                "reset_timeout": self.reset_timeout, "session_idle_timeout": self.session_idle_timeout}
+
 
 @dataclass
 class EnvConfig:

@@ -207,10 +207,8 @@ class MilesTrainer(TrainerBase):
 
         server = self.settings.env.server
         # The reward group's weighting is applied by the env server: Miles' agent call carries no reward_fn.
-        return build_app(self.plan.bundle, max_concurrent_envs=server.max_concurrent_envs, token=token,
-                         reward=env_server_reward(self.plan), sandbox=dataclasses.asdict(self.settings.sandbox),
-                         tool_timeout=server.tool_timeout, reset_timeout=server.reset_timeout,
-                         session_idle_timeout=server.session_idle_timeout)
+        return build_app(self.plan.bundle, token=token, reward=env_server_reward(self.plan),
+                         sandbox=dataclasses.asdict(self.settings.sandbox), **server.app_options())
 
     def _start_env_server(self) -> tuple[str, Any, str | None, str | None]:
         """(url, stop or None, token variable, token) for the env server the rows will name."""

@@ -76,9 +76,7 @@ def serve_sessions(engine: Any, **options: Any) -> Any:
 def serve_env(bundle: Any, server: Any, *, sandbox: dict[str, Any]) -> tuple[str, Any]:
     """Serve `bundle` for this run with `server`'s settings (`env.server`): on a thread here, or in a child
     process of its own (`env.server.process`). Returns its URL and the call that stops it."""
-    options = {"max_concurrent_envs": server.max_concurrent_envs, "sandbox": sandbox,
-               "tool_timeout": server.tool_timeout, "reset_timeout": server.reset_timeout,
-               "session_idle_timeout": server.session_idle_timeout}
+    options = {**server.app_options(), "sandbox": sandbox}
     if server.process:
         from agentrl.envs.server.process import EnvServerProcess
 
