@@ -52,6 +52,16 @@ def _hydra_eval(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     """Console-script entry point (`agentrl ...`, `agentrl eval ...`, `agentrl compare A B`)."""
+    try:
+        _dispatch()
+    except KeyboardInterrupt:
+        # The run has closed its MLflow run as KILLED and printed its closing block (with how to resume it): a
+        # traceback through Hydra and torch would only bury that. 130: the shell's code for a SIGINT stop.
+        print("agentrl: stopped by Ctrl-C", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+
+
+def _dispatch() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command == "compare":
         from agentrl.compare import main as compare

@@ -17,6 +17,7 @@ from agentrl.config.validate import UnknownKeyError, check_typed_keys
 from agentrl.envs.task import Bundle
 from agentrl.group_filter import AllGroupsFailing
 from agentrl.plan import Plan, PlanError, build_plan
+from agentrl.tracking.liveness import continue_line
 from agentrl.tracking.tracker import DatasetRef, Tracker
 from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.eval_results import latest_results
@@ -77,8 +78,9 @@ def engine_unavailable() -> type[Exception]:
 
 
 def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict[str, Any], wall_s: float,
-                  resumable: bool = True) -> str:
-    """The one block the end of a run prints: where it all is, what it scored, where the time went.
+                  resumable: bool = True, stopped: str | None = None) -> str:
+    """The one block the end of a run prints: where it all is, what it scored, where the time went, and (`stopped`:
+    a run Ctrl-C ended) how to go on with it.
 
     Reports only what is present: a trainer that returns no greedy eval or no time split gets no such line.
     """
@@ -97,8 +99,26 @@ def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict
     parts = [f"{name} {_minutes(s)}" for name, key in TIME_KEYS if (s := _value(metrics, key)) is not None]
     if parts:
         lines.append(f"wall time     {', '.join(parts)} (total {_minutes(wall_s)})")
+    if stopped:
+        lines.append(stopped)
     lines += tracker.dead_run_notes(resumable=resumable)  # earlier runs a kill left RUNNING, closed at this start
     return "\n".join(lines)
+
+
+def stopped_line(plan: Plan, run_id: str | None, overrides: list[str]) -> str | None:
+    """For a run Ctrl-C stopped: resume it from its newest checkpoint, or run it again when it wrote none (a stop
+    during the warm start, or before the first `trainer.checkpoint_every`) or its trainer cannot resume."""
+    if not run_id:
+        return None
+    kind = plan.trainer_cls.checkpoint_kind
+    if kind is None:
+        return continue_line(overrides, run_id, resumable=False)
+    from agentrl.trainers.resume import checkpoint_step, run_checkpoint
+
+    folder = run_checkpoint(plan.settings, run_id, kind)
+    if folder is None:
+        return continue_line(overrides, run_id, resumable=False, why="it stopped before its first checkpoint")
+    return f"{continue_line(overrides, run_id, resumable=True)}  (from step {checkpoint_step(folder, kind)})"
 
 
 def check_reopenable(tracker: Tracker, target: Any) -> None:
@@ -174,15 +194,16 @@ def run(cfg: DictConfig) -> float | None:
         tracker.finish()
         return None
 
-    status = "FAILED"
+    status, stopped = "FAILED", None
     metrics: dict[str, Any] = {}
     trainer: Trainer | None = None
     try:
         trainer = plan.trainer_cls(plan=plan, tracker=tracker)
         metrics = trainer.fit() or {}
         status = "FINISHED"
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # __main__ ends the process with 130 and no traceback
         status = "KILLED"
+        stopped = stopped_line(plan, tracker.run_id, list(hydra_cfg.overrides.task))
         raise
     except (AllGroupsFailing, DependencyLost, engine_unavailable()) as err:
         # The run cannot go on (a dead env server, an engine whose worker died): one line naming it, no traceback.
@@ -190,7 +211,7 @@ def run(cfg: DictConfig) -> float | None:
     finally:
         tracker.finish(status)
         print(closing_block(status=status, run_dir=run_dir, tracker=tracker, metrics=metrics,
-                            resumable=plan.trainer_cls.checkpoint_kind is not None,
+                            resumable=plan.trainer_cls.checkpoint_kind is not None, stopped=stopped,
                             wall_s=time.monotonic() - started), flush=True)
         if trainer is not None and (notes := trainer.closing_lines()):  # what the trainer saw go wrong
             print("\n".join(notes), flush=True)

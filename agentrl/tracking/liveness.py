@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import socket
 import threading
 import time
@@ -185,11 +186,16 @@ def dead_run_note(dead: DeadRun, *, resumable: bool) -> list[str]:
     """The closing block's lines about an earlier run of this task that a start found dead: what, and how
     to continue it (or rerun it, for a trainer that cannot resume)."""
     name = f" ({dead.name})" if dead.name else ""
-    lines = [f"found dead    earlier run {dead.run_id}{name} of this task: {dead.reason}; marked KILLED"]
-    # The dead run's own command line, its resume setting replaced.
-    args = [o for o in dead.overrides.split() if not o.lstrip("+").startswith("trainer.resume")]
-    if resumable:  # trainer.resume=<run id>: that run's newest checkpoint (docs/training.md)
-        lines.append(f"resume it     python -m agentrl {' '.join(args + [f'trainer.resume={dead.run_id}'])}")
-    else:
-        lines.append(f"rerun it      python -m agentrl {' '.join(args)}  (this trainer does not resume)")
-    return lines
+    return [f"found dead    earlier run {dead.run_id}{name} of this task: {dead.reason}; marked KILLED",
+            continue_line(dead.overrides.split(), dead.run_id, resumable=resumable)]
+
+
+def continue_line(overrides: list[str], run_id: str, *, resumable: bool, why: str = "") -> str:
+    """The closing block's line on how to go on with a stopped run: its own command line (`overrides`), its resume
+    setting replaced by `trainer.resume=<run id>` (its newest checkpoint, docs/training.md), or run again as it
+    was when it cannot resume (`why` says why; default: the trainer cannot)."""
+    # Quoted for a shell: an override with a space or a quote in it pastes back as the one argument it was.
+    args = [o for o in overrides if not o.lstrip("+").startswith("trainer.resume")]
+    if resumable:
+        return f"resume it     python -m agentrl {shlex.join(args + [f'trainer.resume={run_id}'])}"
+    return f"rerun it      python -m agentrl {shlex.join(args)}  ({why or 'this trainer does not resume'})"

@@ -225,6 +225,15 @@ def _find(settings: RunConfig, asked: str, kind: str) -> tuple[Path | None, str]
                       "Give a run id from those, latest, or a checkpoint folder")
 
 
+def run_checkpoint(settings: RunConfig, run_id: str, kind: str) -> Path | None:
+    """The newest checkpoint MLflow run `run_id` has written (None: none yet): what `trainer.resume=<run id>`
+    would continue from."""
+    try:
+        return _find(settings, run_id, kind)[0]
+    except ResumeError:
+        return None
+
+
 def resolve_resume(settings: RunConfig, choices: dict[str, Any], kind: str) -> ResumeTarget | None:
     """The checkpoint `trainer.resume` names, checked against the run's typed `settings` (None: no resume
     asked)."""

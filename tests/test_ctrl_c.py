@@ -1,0 +1,97 @@
+"""Ctrl-C on `python -m agentrl`, as a user presses it: no traceback, exit 130, the MLflow run closed as KILLED, and
+a closing block whose `resume it` line is a command that resumes (or, before any checkpoint, `rerun it`)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from agentrl.testing.mlflow_store import seed_store
+from agentrl.testing.tiny_models import seed_tiny_model
+
+REPO = Path(__file__).resolve().parents[1]
+# arith on an untrained 1-layer model, every group trained and checkpointed each step: steps of a fraction of a second.
+TINY = ["env=arith", "agent=tool_calling", "reward=env_score", "agent.max_turns=2", "agent.max_response_tokens=8",
+        "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=2", "trainer.eval_every=0",
+        "trainer.checkpoint_every=1", "trainer.max_extra_rows=0", "trainer.drop_no_signal=false",
+        "trainer.model_failures=penalize", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+        "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024"]
+
+
+def _env(home: Path, args: list[str]) -> dict[str, str]:
+    seed_tiny_model(args, home / "outputs" / "models")
+    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
+            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _interrupt_when(home: Path, args: list[str], ready) -> subprocess.CompletedProcess:
+    """Run the CLI, press Ctrl-C (SIGINT) once `ready()` holds, and return how it ended."""
+    # SIGINT as a terminal sends it, even where this test runs in a background job (which ignores SIGINT).
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=_env(home, args),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 1200
+    while not ready():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the run never reached the point to interrupt"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _only_run(home: Path):
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1
+    return runs[0]
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_training_prints_a_resume_command_that_resumes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    args = [*TINY, "trainer.warm_start.enabled=false", "trainer.steps=400"]
+    ckpts = home / "outputs" / "checkpoints"
+    stopped = _interrupt_when(home, args, lambda: any(ckpts.glob("*/*/step-*/state.pt")))
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    assert "agentrl: stopped by Ctrl-C" in stopped.stderr
+    assert "== agentrl run KILLED" in stopped.stdout
+    run = _only_run(home)
+    assert run.info.status == "KILLED"
+    line = next(ln for ln in stopped.stdout.splitlines() if ln.startswith("resume it"))
+    command, _, note = line.removeprefix("resume it").strip().partition("  (from step ")
+    assert command == shlex.join(["python", "-m", "agentrl", *args, f"trainer.resume={run.info.run_id}"])
+    step = int(note.rstrip(")"))
+    assert any(ckpts.glob(f"*/{run.info.run_id}/step-{step:06d}/state.pt")), "the step it names was checkpointed"
+    # The printed command, run (one step past the checkpoint, not 400), continues the same run from that step.
+    again = [a if a != "trainer.steps=400" else f"trainer.steps={step + 1}" for a in shlex.split(command)[3:]]
+    done = subprocess.run([sys.executable, "-m", "agentrl", *again], cwd=REPO, env=_env(home, again),
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"at step {step + 1}" in done.stdout
+    assert _only_run(home).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_warm_start_says_to_run_it_again(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    # A warm start far longer than the test: Ctrl-C lands in the SFT, before any GRPO checkpoint.
+    args = [*TINY, "trainer.steps=2", "trainer.warm_start.steps=100000", "trainer.warm_start.batch_samples=2"]
+    log = home / "outputs" / "runs"
+    stopped = _interrupt_when(home, args, lambda: any("SFT" in p.read_text() for p in log.glob("**/*.log")))
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    run = _only_run(home)
+    assert run.info.status == "KILLED"
+    assert (f"rerun it      {shlex.join(['python', '-m', 'agentrl', *args])}  "
+            "(it stopped before its first checkpoint)") in stopped.stdout
+    assert not list((home / "outputs" / "checkpoints").glob("*/*/step-*"))
