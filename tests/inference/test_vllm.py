@@ -24,17 +24,10 @@ import pytest
 import torch
 
 from agentrl.inference.completion import EngineUnavailable
-from agentrl.inference.vllm_servers import PYTHON_ENV, VLLMError, vllm_python
-from tests.inference.conftest import CALL_MUL, make_scripted_model
+from agentrl.inference.vllm_servers import VLLMError
+from tests.inference.conftest import CALL_MUL, make_scripted_model, needs_vllm
 
-try:
-    vllm_python()
-    MISSING = ""
-except VLLMError as exc:
-    MISSING = str(exc)
-# Where $AGENTRL_VLLM_PYTHON is set (CI) a missing venv is a failure of the test, not a skip.
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(bool(MISSING) and not os.environ.get(PYTHON_ENV), reason=f"no vLLM: {MISSING}")]
+pytestmark = [pytest.mark.slow, needs_vllm()]
 
 SCRIPT_A = ("Let me compute.\n", CALL_MUL)
 SCRIPT_B = ("The answer is 3.", " Done.")

@@ -11,7 +11,6 @@ checkpoint) serves base + adapter. Skipped as tests/inference/test_vllm.py is: o
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import httpx
@@ -19,16 +18,9 @@ import pytest
 import torch
 
 from agentrl.config.model import LoraConfig
-from agentrl.inference.vllm_servers import PYTHON_ENV, VLLMError, vllm_python
-from tests.inference.conftest import _config, build_tokenizer
+from tests.inference.conftest import _config, build_tokenizer, needs_vllm
 
-try:
-    vllm_python()
-    MISSING = ""
-except VLLMError as exc:
-    MISSING = str(exc)
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(bool(MISSING) and not os.environ.get(PYTHON_ENV), reason=f"no vLLM: {MISSING}")]
+pytestmark = [pytest.mark.slow, needs_vllm()]
 
 LORA = LoraConfig(enabled=True, rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])
 PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
