@@ -3,7 +3,6 @@ a closing block whose `resume it` line is a command that resumes (or, before any
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import subprocess
@@ -14,8 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from agentrl.testing.mlflow_store import seed_store
-from agentrl.testing.tiny_models import seed_tiny_model
+from tests.trainers.env_server_runs import run_env
 
 REPO = Path(__file__).resolve().parents[1]
 # arith on an untrained 1-layer model, every group trained and checkpointed each step: steps of a fraction of a second.
@@ -26,16 +24,10 @@ TINY = ["env=arith", "agent=tool_calling", "reward=env_score", "agent.max_turns=
         "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024"]
 
 
-def _env(home: Path, args: list[str]) -> dict[str, str]:
-    seed_tiny_model(args, home / "outputs" / "models")
-    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
 def _interrupt_when(home: Path, args: list[str], ready) -> subprocess.CompletedProcess:
     """Run the CLI, press Ctrl-C (SIGINT) once `ready()` holds, and return how it ended."""
     # SIGINT as a terminal sends it, even where this test runs in a background job (which ignores SIGINT).
-    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=_env(home, args),
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=run_env(home, args),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 1200
@@ -74,7 +66,7 @@ def test_ctrl_c_mid_training_prints_a_resume_command_that_resumes(tmp_path: Path
     assert any(ckpts.glob(f"*/{run.info.run_id}/step-{step:06d}/state.pt")), "the step it names was checkpointed"
     # The printed command, run (one step past the checkpoint, not 400), continues the same run from that step.
     again = [a if a != "trainer.steps=400" else f"trainer.steps={step + 1}" for a in shlex.split(command)[3:]]
-    done = subprocess.run([sys.executable, "-m", "agentrl", *again], cwd=REPO, env=_env(home, again),
+    done = subprocess.run([sys.executable, "-m", "agentrl", *again], cwd=REPO, env=run_env(home, again),
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"at step {step + 1}" in done.stdout
