@@ -17,8 +17,7 @@ from agentrl.config.validate import UnknownKeyError, check_typed_keys
 from agentrl.envs.task import Bundle
 from agentrl.group_filter import AllGroupsFailing
 from agentrl.plan import Plan, PlanError, build_plan
-from agentrl.tracking.liveness import continue_line
-from agentrl.tracking.tracker import DatasetRef, Tracker
+from agentrl.tracking.tracker import DatasetRef, Tracker, continue_line
 from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.eval_results import latest_results
 from agentrl.trainers.protocol import Trainer

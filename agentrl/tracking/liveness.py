@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import socket
 import threading
 import time
@@ -18,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from agentrl.tracking.tracker import continue_line
 
 HOST_TAG = "agentrl.host"
 PID_TAG = "agentrl.pid"
@@ -189,13 +190,3 @@ def dead_run_note(dead: DeadRun, *, resumable: bool) -> list[str]:
     return [f"found dead    earlier run {dead.run_id}{name} of this task: {dead.reason}; marked KILLED",
             continue_line(dead.overrides.split(), dead.run_id, resumable=resumable)]
 
-
-def continue_line(overrides: list[str], run_id: str, *, resumable: bool, why: str = "") -> str:
-    """The closing block's line on how to go on with a stopped run: its own command line (`overrides`), its resume
-    setting replaced by `trainer.resume=<run id>` (its newest checkpoint, docs/training.md), or run again as it
-    was when it cannot resume (`why` says why; default: the trainer cannot)."""
-    # Quoted for a shell: an override with a space or a quote in it pastes back as the one argument it was.
-    args = [o for o in overrides if not o.lstrip("+").startswith("trainer.resume")]
-    if resumable:
-        return f"resume it     python -m agentrl {shlex.join(args + [f'trainer.resume={run_id}'])}"
-    return f"rerun it      python -m agentrl {shlex.join(args)}  ({why or 'this trainer does not resume'})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -81,3 +82,14 @@ class Tracker(Protocol):
 
     def dead_run_notes(self, *, resumable: bool) -> list[str]:
         """The closing block's lines about earlier runs of this task that start() found dead."""
+
+
+def continue_line(overrides: list[str], run_id: str, *, resumable: bool, why: str = "") -> str:
+    """The closing block's line on how to go on with a stopped run: its own command line (`overrides`), its resume
+    setting replaced by `trainer.resume=<run id>` (its newest checkpoint, docs/training.md), or run again as it
+    was when it cannot resume (`why` says why; default: the trainer cannot)."""
+    # Quoted for a shell: an override with a space or a quote in it pastes back as the one argument it was.
+    args = [o for o in overrides if not o.lstrip("+").startswith("trainer.resume")]
+    if resumable:
+        return f"resume it     python -m agentrl {shlex.join(args + [f'trainer.resume={run_id}'])}"
+    return f"rerun it      python -m agentrl {shlex.join(args)}  ({why or 'this trainer does not resume'})"
