@@ -40,6 +40,13 @@ def _interrupt_when(home: Path, args: list[str], ready) -> subprocess.CompletedP
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def _stopped_by_ctrl_c(returncode: int) -> bool:
+    """Exit 130, or death by SIGINT: a shell reads both as status 130. CI once saw the second (Ctrl-C in the warm
+    start, the message and the closing block complete): CPython can end a process that a KeyboardInterrupt went
+    through by SIGINT on its way out, whatever `SystemExit` followed; where it did here was not traced."""
+    return returncode in (130, -signal.SIGINT)
+
+
 def _only_run(home: Path):
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
@@ -53,7 +60,7 @@ def test_ctrl_c_mid_training_prints_a_resume_command_that_resumes(tmp_path: Path
     args = [*TINY, "trainer.warm_start.enabled=false", "trainer.steps=400"]
     ckpts = home / "outputs" / "checkpoints"
     stopped = _interrupt_when(home, args, lambda: any(ckpts.glob("*/*/step-*/state.pt")))
-    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert _stopped_by_ctrl_c(stopped.returncode), (stopped.returncode, stopped.stderr[-3000:])
     assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
     assert "agentrl: stopped by Ctrl-C" in stopped.stderr
     assert "== agentrl run KILLED" in stopped.stdout
@@ -80,7 +87,7 @@ def test_ctrl_c_in_the_warm_start_says_to_run_it_again(tmp_path: Path) -> None:
     args = [*TINY, "trainer.steps=2", "trainer.warm_start.steps=100000", "trainer.warm_start.batch_samples=2"]
     log = home / "outputs" / "runs"
     stopped = _interrupt_when(home, args, lambda: any("SFT" in p.read_text() for p in log.glob("**/*.log")))
-    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert _stopped_by_ctrl_c(stopped.returncode), (stopped.returncode, stopped.stderr[-3000:])
     assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
     run = _only_run(home)
     assert run.info.status == "KILLED"
