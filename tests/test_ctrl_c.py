@@ -26,18 +26,20 @@ TINY = ["env=arith", "agent=tool_calling", "reward=env_score", "agent.max_turns=
 
 def _interrupt_when(home: Path, args: list[str], ready) -> subprocess.CompletedProcess:
     """Run the CLI, press Ctrl-C (SIGINT) once `ready()` holds, and return how it ended."""
-    # SIGINT as a terminal sends it, even where this test runs in a background job (which ignores SIGINT).
-    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=run_env(home, args),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 1200
-    while not ready():
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        assert time.monotonic() < deadline, "the run never reached the point to interrupt"
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=600)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    out, err = home.parent / "stdout.txt", home.parent / "stderr.txt"  # files: a full pipe would stall the run
+    with out.open("w") as stdout, err.open("w") as stderr:
+        # SIGINT as a terminal sends it, even where this test runs in a background job (which ignores SIGINT).
+        proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=run_env(home, args),
+                                stdout=stdout, stderr=stderr,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 1200
+        while not ready():
+            assert proc.poll() is None, err.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the run never reached the point to interrupt"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
 
 
 def _stopped_by_ctrl_c(returncode: int) -> bool:
