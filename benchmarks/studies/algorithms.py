@@ -29,6 +29,8 @@ from agentrl.paired import mean_se as paired_mean_se  # noqa: E402
 from agentrl.testing.config import compose_config  # noqa: E402
 
 RECIPE = "gridsim_beat_teacher"
+# the PPO ratio's statistics, per run the mean over its steps (docs/training.md, "Several optimizer steps per batch")
+RATIO_METRICS = ("train/clip_fraction", "train/approx_kl")
 
 
 def cli(home: Path, args: Sequence[str], log: Path, threads: int = 1) -> float:
@@ -149,6 +151,7 @@ def compare_table(uri: str, parent_id: str | None, wall: float) -> str:
     evals: dict[str, dict[int, list[float]]] = {}
     last: dict[str, dict[str, list[float]]] = {}
     step_s: dict[str, list[float]] = {}
+    ratio: dict[str, dict[str, list[float]]] = {}
     for run in children:
         loss = run.data.params.get("trainer/loss", "?")
         for m in client.get_metric_history(run.info.run_id, "eval/reward"):
@@ -157,18 +160,23 @@ def compare_table(uri: str, parent_id: str | None, wall: float) -> str:
             last.setdefault(loss, {}).setdefault(key, []).append(run.data.metrics.get(key, float("nan")))
         steps = [m.value for m in client.get_metric_history(run.info.run_id, "time/step_s") if m.step >= 1]
         step_s.setdefault(loss, []).append(sum(steps) / len(steps) if steps else float("nan"))
+        for key in RATIO_METRICS:  # the run's mean over its steps: how often the clip bound, how far the ratio moved
+            hist = [m.value for m in client.get_metric_history(run.info.run_id, key)]
+            ratio.setdefault(loss, {}).setdefault(key, []).append(sum(hist) / len(hist) if hist else float("nan"))
     at = sorted({s for by in evals.values() for s in by})
     cell = "{:.3f} ± {:.3f}".format
     lines = [f"\n## (2) losses x seeds: parent run {parent.info.run_id}, {len(children)} children, "
              f"{wall / 60:.1f} min\n",
              "| loss | seeds | " + " | ".join(f"eval@{s}" for s in at) +
-             " | last eval 1h / 2h / 4h | greedy-decoded (end) | s/step |",
-             "|---|---|" + "---|" * (len(at) + 3)]
+             " | last eval 1h / 2h / 4h | greedy-decoded (end) | clip fraction | approx KL | s/step |",
+             "|---|---|" + "---|" * (len(at) + 5)]
     for loss, by in sorted(evals.items()):
         cells = [(cell(*mean_se(by[s])) if s in by else "-") for s in at]
         hours = " / ".join(f"{mean_se(last[loss][f'eval/reward_{h}h'])[0]:.3f}" for h in (1, 2, 4))
         lines.append(f"| {loss} | {len(step_s[loss])} | " + " | ".join(cells) +
                      f" | {hours} | {cell(*mean_se(last[loss]['eval_greedy/reward']))} | "
+                     f"{'{:.4f} ± {:.4f}'.format(*mean_se(ratio[loss]['train/clip_fraction']))} | "
+                     f"{'{:.5f} ± {:.5f}'.format(*mean_se(ratio[loss]['train/approx_kl']))} | "
                      f"{cell(*mean_se(step_s[loss]))} |")
     return "\n".join(lines)
 
