@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import hydra
@@ -50,10 +51,24 @@ def _hydra_eval(cfg: DictConfig) -> float | None:
     return _job("eval", cfg)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, `docker stop`, a scheduler's preemption), raised where Ctrl-C raises KeyboardInterrupt:
+    a terminated run closes as KILLED with its `resume it` line, as a Ctrl-C'd one does."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once, mid-cleanup
+    raise Terminated()
+
+
 def main() -> None:
     """Console-script entry point (`agentrl ...`, `agentrl eval ...`, `agentrl compare A B`)."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         _dispatch()
+    except Terminated:
+        print("agentrl: stopped by SIGTERM", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGTERM) from None
     except KeyboardInterrupt:
         # The run has closed its MLflow run as KILLED and printed its closing block (with how to resume it): a
         # traceback through Hydra and torch would only bury that. 130: the shell's code for a SIGINT stop.

@@ -1,5 +1,6 @@
 """Ctrl-C on `python -m agentrl`, as a user presses it: no traceback, exit 130, the MLflow run closed as KILLED, and
-a closing block whose `resume it` line is a command that resumes (or, before any checkpoint, `rerun it`)."""
+a closing block whose `resume it` line is a command that resumes (or, before any checkpoint, `rerun it`). SIGTERM
+(`kill`, `docker stop`, a scheduler) ends a run the same way, with exit 143."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ TINY = ["env=arith", "agent=tool_calling", "reward=env_score", "agent.max_turns=
         "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024"]
 
 
-def _interrupt_when(home: Path, args: list[str], ready) -> subprocess.CompletedProcess:
-    """Run the CLI, press Ctrl-C (SIGINT) once `ready()` holds, and return how it ended."""
+def _interrupt_when(home: Path, args: list[str], ready, sig: int = signal.SIGINT) -> subprocess.CompletedProcess:
+    """Run the CLI, press Ctrl-C (SIGINT; or send `sig`) once `ready()` holds, and return how it ended."""
     out, err = home.parent / "stdout.txt", home.parent / "stderr.txt"  # files: a full pipe would stall the run
     with out.open("w") as stdout, err.open("w") as stderr:
         # SIGINT as a terminal sends it, even where this test runs in a background job (which ignores SIGINT).
@@ -37,7 +38,7 @@ def _interrupt_when(home: Path, args: list[str], ready) -> subprocess.CompletedP
             assert proc.poll() is None, err.read_text()[-3000:]
             assert time.monotonic() < deadline, "the run never reached the point to interrupt"
             time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         proc.wait(timeout=600)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
 
@@ -96,3 +97,19 @@ def test_ctrl_c_in_the_warm_start_says_to_run_it_again(tmp_path: Path) -> None:
     assert (f"rerun it      {shlex.join(['python', '-m', 'agentrl', *args])}  "
             "(it stopped before its first checkpoint)") in stopped.stdout
     assert not list((home / "outputs" / "checkpoints").glob("*/*/step-*"))
+
+
+@pytest.mark.slow
+def test_sigterm_mid_training_closes_the_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    args = [*TINY, "trainer.warm_start.enabled=false", "trainer.steps=400"]
+    ckpts = home / "outputs" / "checkpoints"
+    stopped = _interrupt_when(home, args, lambda: any(ckpts.glob("*/*/step-*/state.pt")), sig=signal.SIGTERM)
+    assert stopped.returncode == 143, (stopped.returncode, stopped.stderr[-3000:])
+    assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    assert "agentrl: stopped by SIGTERM" in stopped.stderr
+    assert "== agentrl run KILLED" in stopped.stdout
+    run = _only_run(home)
+    assert run.info.status == "KILLED"
+    line = next(ln for ln in stopped.stdout.splitlines() if ln.startswith("resume it"))
+    assert f"trainer.resume={run.info.run_id}  (from step " in line
