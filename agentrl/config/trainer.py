@@ -242,7 +242,7 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
     # (rows admitted one step per step trained), drop (generation never waits; groups older than K are dropped)
     stale_policy: str = "wait"
     # Partial rollouts: a push lands between two decode steps and running replies go on under the new weights (each
-    # token records its version; inference=embedded only). false: a push waits for the running replies to finish.
+    # token records its version; inference=embedded or vllm). false: a push waits for the running replies to finish.
     partial_rollouts: bool = False
     off_policy_steps: int | None = None  # retired: renamed max_staleness (set, it fails naming the new key)
     max_drops_in_a_row: int = 200  # stop the run after more groups in a row were dropped as failed

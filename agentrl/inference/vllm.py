@@ -12,6 +12,12 @@ folder (`/collective_rpc reload_weights`), drops the prefix cache (its KV was co
 the version and reads it back from `/weight_info`: a server that holds anything else fails the push. Only then
 does admission re-open, so no rollout of the next step samples from older weights than the trainer allows.
 
+Partial rollouts (`trainer.partial_rollouts=true`: `update_weights(..., mode="keep")`) skip the drain: each server
+freezes its running replies (`/pause?mode=keep`), reloads, drops its prefix cache with the frozen replies' KV
+(`reset_running_requests`: they are recomputed under the new weights when they go on), sets the version and
+resumes (`/resume`). A reply then spans versions; vLLM reports them as spans, read back per token
+(`Completion.token_versions`).
+
 Faults. A watcher asks every server's `/health` each `health_every_s` and watches launched processes: a dead
 server sets `failure` (the session server's `/health` then answers 503 naming it, and the run's breaker stops
 the run) unless `restart`, which starts it again on the same port with the current weights; calls cut by the
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import shutil
 import tempfile
@@ -43,6 +50,7 @@ from agentrl.inference.completion import Completion, EngineUnavailable
 from agentrl.inference.remote_adapters import START_ADAPTER, adapter_folder, folder_bytes
 from agentrl.inference.remote_adapters import made_here as adapter_made_here
 from agentrl.inference.remote_engine import Admission, LoopClients, made_here, weights_folder
+from agentrl.inference.vllm_generate import sampling_params, to_completion
 from agentrl.inference.vllm_servers import (
     ServerProcess,
     VLLMError,
@@ -60,40 +68,6 @@ __all__ = ["VLLMEngine", "VLLMError"]
 log = logging.getLogger(__name__)
 
 MISSES_TO_FAIL = 3  # /health not answering this many times in a row: the server is gone (one miss is load)
-
-
-def sampling_params(max_tokens: int, temperature: float, top_p: float, top_k: int, stop_ids: list[int],
-                    seed: int | None, ignore_eos: bool) -> dict[str, Any]:
-    """vLLM's SamplingParams for one call: the sampled token's logprob back, stop tokens kept in the output."""
-    params: dict[str, Any] = {"max_tokens": int(max_tokens), "temperature": float(temperature), "top_p": float(top_p),
-                              "top_k": int(top_k) if top_k and top_k > 0 else 0, "ignore_eos": bool(ignore_eos),
-                              "logprobs": 0, "skip_special_tokens": False, "detokenize": False}
-    if stop_ids:
-        params["stop_token_ids"] = [int(s) for s in stop_ids]
-    if seed is not None:
-        params["seed"] = int(seed) % (1 << 63)  # the session server takes any 64-bit seed; vLLM a non-negative one
-    return params
-
-
-def to_completion(body: dict[str, Any], url: str, prompt_tokens: int) -> Completion:
-    """A `Completion` from `/inference/v1/generate`'s answer (choices[0]: token_ids, logprobs, weight_versions)."""
-    try:
-        choice = body["choices"][0]
-        ids = [int(t) for t in choice["token_ids"]]
-        logprobs = [float(c["logprob"]) for c in (choice.get("logprobs") or {}).get("content") or []]
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise VLLMError(f"{url}/inference/v1/generate answered no token ids and logprobs: {str(body)[:300]}") from exc
-    if len(logprobs) != len(ids):
-        raise VLLMError(f"{url} returned {len(ids)} tokens but {len(logprobs)} logprobs")
-    reason = choice.get("finish_reason")
-    if reason not in ("stop", "length"):
-        raise VLLMError(f"{url} ended a generation with finish_reason={reason!r}")
-    spans = choice.get("weight_versions") or []
-    versions = {int(s["version"]) for s in spans if str(s.get("version", "")).isdigit()}
-    if len(versions) > 1:  # admission is closed during a push, so this is a server changed behind our back
-        raise VLLMError(f"{url} sampled one reply with weight versions {sorted(versions)}")
-    return Completion(token_ids=ids, logprobs=logprobs, finish_reason=reason,
-                      weight_version=versions.pop() if versions else 0, prompt_tokens=prompt_tokens)
 
 
 class VLLMEngine:
@@ -295,12 +269,21 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ weights
 
-    def update_weights(self, source: Mapping[str, Any] | str | Path, *, timeout: float | None = None) -> int:
-        """Push new weights to every server between two steps; returns the new weight version, read back."""
+    def update_weights(self, source: Mapping[str, Any] | str | Path, *, timeout: float | None = None,
+                       mode: str = "wait") -> int:
+        """Push new weights to every server; returns the new weight version, read back. `mode="wait"`: between two
+        steps (admission closed, the calls in flight finish on the old weights); `mode="keep"` (partial
+        rollouts): each server freezes its running replies, swaps the weights and goes on with them."""
+        if mode not in ("wait", "keep"):
+            raise ValueError(f"update_weights mode must be wait or keep, got {mode!r}")
+        if mode == "keep" and self._gate.failure is not None:  # (paused() raises it for a wait)
+            raise self._gate.failure
         folder = weights_folder(source, self.model_path, "vLLM", self._weights_root)
         version = self.weight_version + 1
-        with self._gate.paused(timeout), concurrent.futures.ThreadPoolExecutor(len(self.urls)) as pool:
-            for f in [pool.submit(self._load, u, folder, version) for u in self.urls if u not in self._gate.down]:
+        load = self._load if mode == "wait" else self._load_kept
+        with (self._gate.paused(timeout) if mode == "wait" else contextlib.nullcontext(),
+              concurrent.futures.ThreadPoolExecutor(len(self.urls)) as pool):
+            for f in [pool.submit(load, u, folder, version) for u in self.urls if u not in self._gate.down]:
                 f.result()
         old, self._weights, self.weight_version = self._weights, folder, version
         self.last_push_bytes = folder_bytes(folder)
@@ -358,6 +341,21 @@ class VLLMEngine:
         if not (self._post(url, "/reset_prefix_cache") or {}).get("success", True):
             raise VLLMError(f"{url} kept its prefix cache after the weights in {folder} (blocks still held)")
         self._set_version(url, version)
+
+    def _load_kept(self, url: str, folder: Path, version: int) -> None:
+        """`_load` without draining: `/pause?mode=keep` freezes the running replies and queues new ones; the reload,
+        the cache reset and the version land while nothing steps, so every token after `/resume` is the new
+        version's. The reset preempts the frozen replies (their blocks hold the old weights' KV, and a reset that
+        left them would fail): vLLM recomputes their KV under the new weights when they resume, a prefill each,
+        where the embedded engine keeps its old cache."""
+        self._post(url, "/pause?mode=keep")
+        try:
+            self._post(url, "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+            if not (self._post(url, "/reset_prefix_cache?reset_running_requests=true") or {}).get("success", True):
+                raise VLLMError(f"{url} kept its prefix cache after the weights in {folder} (blocks still held)")
+            self._set_version(url, version)
+        finally:
+            self._post(url, "/resume")
 
     def _set_version(self, url: str, version: int) -> None:
         """Label the server's weights `version` and read the label back: the version is checked, not assumed."""

@@ -98,14 +98,22 @@ def main_policy(path: str) -> Policy:
 
 
 def partial_rollouts_problem(settings: Any) -> str | None:
-    """`trainer.partial_rollouts` needs an engine that applies a push between two decode steps (the embedded one)."""
+    """`trainer.partial_rollouts` needs an engine that applies a push to running replies: the embedded one, or vLLM
+    for full weights (a running reply keeps the LoRA adapter it was admitted with)."""
     if not getattr(settings.trainer, "partial_rollouts", False):
         return None
     target = str(getattr(settings.inference, "_target_", ""))
     if target.startswith("agentrl.inference.engine"):
         return None
-    return (f"trainer.partial_rollouts=true needs inference=embedded (its engine applies a push between two decode "
-            f"steps); {target} waits for running replies: set trainer.partial_rollouts=false")
+    if target == "agentrl.inference.vllm.VLLMEngine":
+        lora = settings.model.lora
+        if lora.enabled and lora.push == "adapter":
+            return ("trainer.partial_rollouts=true with inference=vllm cannot push an adapter into running replies "
+                    "(vLLM keeps the one a reply was admitted with): set model.lora.push=merged, or "
+                    "trainer.partial_rollouts=false")
+        return None
+    return (f"trainer.partial_rollouts=true needs inference=embedded or inference=vllm (engines that apply a push "
+            f"to running replies); {target} waits for them: set trainer.partial_rollouts=false")
 
 
 def make_learner(t: Any, model: Any, tokenizer: Any, lora: Any = None) -> Learner:

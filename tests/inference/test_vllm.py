@@ -2,11 +2,12 @@
 
 One server for the module (it takes minutes to start on a loaded box), serving a scripted model whose greedy reply
 is known: a chat with tools round-trips through our session server; a weight push changes what it samples and
-the version it reports; its logprobs are the learner's (after temperature); an engine attaches to a running
-server; a killed server is restarted with its weights (inference.restart) and, last, a killed server is named
-within seconds. A server that cannot start fails with its log's tail; two GRPO steps through the CLI launch
-their own server. Skipped, saying why, only where the vLLM venv is absent and $AGENTRL_VLLM_PYTHON is unset
-(CI's scripts/test.sh makes the venv and sets it, so there they run).
+the version it reports; its logprobs are the learner's (after temperature); a push kept in a running reply
+(partial rollouts) lands mid-reply; an engine attaches to a running server; a killed server is restarted with its
+weights (inference.restart) and, last, a killed server is named within seconds. A server that cannot start fails
+with its log's tail; GRPO steps through the CLI launch their own server. Skipped, saying why, only where the vLLM
+venv is absent and $AGENTRL_VLLM_PYTHON is unset (CI's scripts/test.sh makes the venv and sets it, so there they
+run).
 """
 
 from __future__ import annotations
@@ -141,6 +142,49 @@ def test_its_logprobs_are_the_learners_after_temperature(served, models) -> None
     assert (engine - raw).abs().max().item() > 1e-2  # the convention is visible at this temperature
 
 
+def test_a_kept_push_lands_inside_a_running_reply(served, models) -> None:
+    """Partial rollouts (`update_weights(mode="keep")`): the push freezes the running replies, swaps the weights and
+    lets them go on. A reply's tokens carry both versions, in order, and those after the push are the new weights'
+    own: greedy, exactly model b's continuation of the same prefix (and those before it model a's)."""
+    prompt = _prompt(served)
+    n = 1024 - len(prompt) - 8  # long replies (EOS ignored), a batch of them: the push lands while they run
+
+    async def play(delay: float):
+        replies = [asyncio.create_task(served.generate(prompt, max_tokens=n, temperature=0.0, ignore_eos=True))
+                   for _ in range(16)]
+        await asyncio.sleep(delay)
+        version = await asyncio.to_thread(served.update_weights, _state(models["b"]), mode="keep")
+        return await asyncio.gather(*replies), version
+
+    # When a reply is under way cannot be seen from outside, and how fast it runs depends on the box: pushes at
+    # several delays, until one lands inside replies (too early, every token is the new version's; too late, none).
+    for delay in (0.3, 0.1, 0.8, 0.03, 2.0, 5.0):
+        served.update_weights(models["a"])
+        before = served.weight_version
+        done, version = asyncio.run(play(delay))
+        split = [d for d in done if d.token_versions]
+        if split:
+            break
+    else:
+        raise AssertionError("no push landed inside a running reply")
+    assert version == before + 1 == served.weight_version
+    assert httpx.get(f"{served.urls[0]}/weight_info", trust_env=False).json()["weight_version"] == str(version)
+    for d in done:
+        assert len(d.token_ids) == n and d.versions() in ([before] * n, [version] * n) or d in split
+    reply = split[0]
+    k = reply.token_versions.index(version)
+    assert reply.weight_version == before and 0 < k < n
+    assert reply.token_versions == [before] * k + [version] * (n - k)
+    rest = asyncio.run(served.generate(prompt + reply.token_ids[:k], max_tokens=n - k, temperature=0.0,
+                                       ignore_eos=True))
+    assert rest.token_ids == reply.token_ids[k:] and rest.weight_version == version
+    served.update_weights(models["a"])
+    head = asyncio.run(served.generate(prompt, max_tokens=k, temperature=0.0, ignore_eos=True))
+    assert head.token_ids == reply.token_ids[:k]
+    with pytest.raises(ValueError, match="mode must be wait or keep"):
+        served.update_weights(models["a"], mode="later")
+
+
 def test_an_engine_attaches_to_a_running_server(served, models) -> None:
     """inference.urls: the running server is made to serve the trainer's folder (version 0), then samples it."""
     from agentrl.inference.vllm import VLLMEngine
@@ -233,8 +277,13 @@ STEP_KEYS = {"grpo": ("train/reward", "train/loss", "train/grad_norm", "train/lo
              "trl": ("train/reward", "train/loss", "train/grad_norm", "time/weight_push_s", "trl/loss")}
 
 
-@pytest.mark.parametrize("trainer", ["grpo", "trl"])
-def test_two_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_path: Path, trainer: str) -> None:
+@pytest.mark.parametrize(("trainer", "extra"), [
+    ("grpo", []), ("trl", []),
+    # partial rollouts: pushes land in running replies (kept), two steps ahead at most
+    ("grpo", ["trainer.partial_rollouts=true", "trainer.max_staleness=2"]),
+], ids=["grpo", "trl", "grpo-partial"])
+def test_two_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_path: Path, trainer: str,
+                                                                          extra: list[str]) -> None:
     import subprocess
 
     from mlflow.tracking import MlflowClient
@@ -251,7 +300,7 @@ def test_two_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_pa
             *(["trainer.model_failures=penalize", "trainer.drop_no_signal=false", "trainer.max_extra_rows=0"]
               if trainer == "grpo" else []),
             "model.hidden_size=64", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
-            "model.intermediate_size=128", "model.vocab_size=1024", "inference.max_model_len=2048"]
+            "model.intermediate_size=128", "model.vocab_size=1024", "inference.max_model_len=2048", *extra]
     proc = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=Path(__file__).resolve().parents[2],
                           env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -260,7 +309,7 @@ def test_two_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_pa
     assert len(runs) == 1
     run_id = runs[0].info.run_id
     assert runs[0].data.params["inference/_target_"] == "agentrl.inference.vllm.VLLMEngine"
-    for key in STEP_KEYS[trainer]:
+    for key in STEP_KEYS[trainer] + (("async/resumed_partial",) if extra else ()):
         history = client.get_metric_history(run_id, key)
         assert [m.step for m in history] == [1, 2], f"{key}: {history}"
         assert all(math.isfinite(m.value) for m in history), f"{key} = {[m.value for m in history]}"

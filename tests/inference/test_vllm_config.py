@@ -11,7 +11,7 @@ import pytest
 
 from agentrl.config.inference import VLLMInferenceConfig
 from agentrl.inference import vllm_servers
-from agentrl.inference.vllm import sampling_params, to_completion
+from agentrl.inference.vllm_generate import sampling_params, to_completion
 from agentrl.inference.vllm_servers import (
     PYTHON_ENV,
     VLLMError,
@@ -90,8 +90,20 @@ def test_an_answer_is_a_completion_or_an_error_naming_the_server() -> None:
     done = to_completion(body, "http://h:1", 7)
     assert (done.token_ids, done.logprobs, done.finish_reason, done.weight_version, done.prompt_tokens) == \
         ([4, 2], [-0.5, -0.1], "stop", 3, 7)
-    body["choices"][0]["weight_versions"].append({"version": "4", "start": 2, "end": 2})
-    with pytest.raises(VLLMError, match="http://h:1 sampled one reply with weight versions"):
+    assert done.token_versions == [] and done.versions() == [3, 3]
+    # A kept push (partial rollouts) mid-reply: each token's version; staleness counts from the first.
+    body["choices"][0]["weight_versions"] = [{"version": "3", "start": 0, "end": 1}, {"version": "4", "start": 1,
+                                                                                      "end": 2}]
+    done = to_completion(body, "http://h:1", 7)
+    assert (done.weight_version, done.token_versions) == (3, [3, 4])
+    for spans in ([{"version": "4", "start": 0, "end": 1}, {"version": "3", "start": 1, "end": 2}],  # goes back
+                  [{"version": "3", "start": 0, "end": 1}, {"version": "4", "start": 2, "end": 2}],  # a gap
+                  [{"version": "3", "start": 1, "end": 2}]):  # not from the first token
+        body["choices"][0]["weight_versions"] = spans
+        with pytest.raises(VLLMError, match="http://h:1 sampled one reply with weight-version spans"):
+            to_completion(body, "http://h:1", 7)
+    body["choices"][0]["weight_versions"] = [{"version": "3", "start": "x"}]
+    with pytest.raises(VLLMError, match="a weight-version span that is not one"):
         to_completion(body, "http://h:1", 7)
     with pytest.raises(VLLMError, match="http://h:1/inference/v1/generate answered no token ids"):
         to_completion({"error": "x"}, "http://h:1", 7)

@@ -60,8 +60,13 @@ def test_two_steps_with_the_engine_in_its_own_process(tmp_path: Path) -> None:
     assert processes_of(home) == [], "a process of the run outlived it"
 
 
-def test_partial_rollouts_under_vllm_are_refused_at_plan_time(tmp_path: Path) -> None:
-    run = run_agentrl(["+recipe=gridsim_grpo", "inference=vllm", "trainer.partial_rollouts=true", "dry_run=true"],
+@pytest.mark.parametrize(("extra", "says"), [
+    (["inference=sglang"], "trainer.partial_rollouts=true needs inference=embedded or inference=vllm"),
+    (["inference=vllm", "model.lora.enabled=true"], "cannot push an adapter into running replies"),
+])
+def test_partial_rollouts_where_no_push_reaches_running_replies_are_refused_at_plan_time(
+        tmp_path: Path, extra: list[str], says: str) -> None:
+    run = run_agentrl(["+recipe=gridsim_grpo", *extra, "trainer.partial_rollouts=true", "dry_run=true"],
                       tmp_path / "home", check=False, seed_model=False)
     assert run.process.returncode != 0
-    assert "trainer.partial_rollouts=true needs inference=embedded" in run.process.stderr + run.stdout
+    assert says in run.process.stderr + run.stdout
