@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 
 import hydra
 from omegaconf import DictConfig
@@ -63,7 +64,8 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def main() -> None:
     """Console-script entry point (`agentrl ...`, `agentrl eval ...`, `agentrl compare A B`)."""
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    if threading.current_thread() is threading.main_thread():  # (only there can a handler be installed)
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         _dispatch()
     except Terminated:
