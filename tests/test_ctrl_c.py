@@ -57,19 +57,26 @@ def _only_run(home: Path):
     return runs[0]
 
 
-@pytest.mark.slow
-def test_ctrl_c_mid_training_prints_a_resume_command_that_resumes(tmp_path: Path) -> None:
+def _stopped_mid_training(tmp_path: Path, sig: int, exited, name: str):
+    """A 400-step run stopped by `sig` once it has a checkpoint: no traceback, `exited(returncode)`, "stopped by
+    `name`", the MLflow run closed as KILLED. Returns (home, args, the run, its `resume it` line)."""
     home = tmp_path / "home"
     args = [*TINY, "trainer.warm_start.enabled=false", "trainer.steps=400"]
     ckpts = home / "outputs" / "checkpoints"
-    stopped = _interrupt_when(home, args, lambda: any(ckpts.glob("*/*/step-*/state.pt")))
-    assert _stopped_by_ctrl_c(stopped.returncode), (stopped.returncode, stopped.stderr[-3000:])
+    stopped = _interrupt_when(home, args, lambda: any(ckpts.glob("*/*/step-*/state.pt")), sig=sig)
+    assert exited(stopped.returncode), (stopped.returncode, stopped.stderr[-3000:])
     assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
-    assert "agentrl: stopped by Ctrl-C" in stopped.stderr
+    assert f"agentrl: stopped by {name}" in stopped.stderr
     assert "== agentrl run KILLED" in stopped.stdout
     run = _only_run(home)
     assert run.info.status == "KILLED"
-    line = next(ln for ln in stopped.stdout.splitlines() if ln.startswith("resume it"))
+    return home, args, run, next(ln for ln in stopped.stdout.splitlines() if ln.startswith("resume it"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_training_prints_a_resume_command_that_resumes(tmp_path: Path) -> None:
+    home, args, run, line = _stopped_mid_training(tmp_path, signal.SIGINT, _stopped_by_ctrl_c, "Ctrl-C")
+    ckpts = home / "outputs" / "checkpoints"
     command, _, note = line.removeprefix("resume it").strip().partition("  (from step ")
     assert command == shlex.join(["python", "-m", "agentrl", *args, f"trainer.resume={run.info.run_id}"])
     step = int(note.rstrip(")"))
@@ -101,15 +108,6 @@ def test_ctrl_c_in_the_warm_start_says_to_run_it_again(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sigterm_mid_training_closes_the_run_as_ctrl_c_does(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    args = [*TINY, "trainer.warm_start.enabled=false", "trainer.steps=400"]
-    ckpts = home / "outputs" / "checkpoints"
-    stopped = _interrupt_when(home, args, lambda: any(ckpts.glob("*/*/step-*/state.pt")), sig=signal.SIGTERM)
-    assert stopped.returncode == 143, (stopped.returncode, stopped.stderr[-3000:])
-    assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
-    assert "agentrl: stopped by SIGTERM" in stopped.stderr
-    assert "== agentrl run KILLED" in stopped.stdout
-    run = _only_run(home)
-    assert run.info.status == "KILLED"
-    line = next(ln for ln in stopped.stdout.splitlines() if ln.startswith("resume it"))
-    assert f"trainer.resume={run.info.run_id}  (from step " in line
+    _, args, run, line = _stopped_mid_training(tmp_path, signal.SIGTERM, lambda rc: rc == 143, "SIGTERM")
+    assert line.startswith("resume it     " + shlex.join(["python", "-m", "agentrl", *args,
+                                                         f"trainer.resume={run.info.run_id}"]) + "  (from step ")
