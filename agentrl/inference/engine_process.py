@@ -28,6 +28,7 @@ import logging
 import multiprocessing as mp
 import shutil
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,11 @@ class ProcessEngine:
                 fut = self._waiting.pop(call_id, None)
             if fut is not None:
                 resolve(fut, value) if ok else resolve(fut, exc=value)
-        self._proc.join(5)
+        # Another thread joining the child at the same moment (close(), a caller) may reap it first, and this join
+        # then returns before the exit code is stored: ask again until it is there (seen as "code None" in CI).
+        deadline = time.monotonic() + 5
+        while self._proc.exitcode is None and time.monotonic() < deadline:
+            self._proc.join(0.05)
         code = self._proc.exitcode
         self._fail(EngineUnavailable(f"the engine process (pid {self._proc.pid}) exited with code {code}"))
 
