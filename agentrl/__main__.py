@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
 
 import hydra
 from omegaconf import DictConfig
 
 from agentrl.config import register_configs
 from agentrl.config.locate import conf_dir
+from agentrl.interrupts import Terminated
+from agentrl.interrupts import install as install_interrupts
 
 register_configs()
 
@@ -52,20 +53,9 @@ def _hydra_eval(cfg: DictConfig) -> float | None:
     return _job("eval", cfg)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (`kill`, `docker stop`, a scheduler's preemption), raised where Ctrl-C raises KeyboardInterrupt:
-    a terminated run closes as KILLED with its `resume it` line, as a Ctrl-C'd one does."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once, mid-cleanup
-    raise Terminated()
-
-
 def main() -> None:
     """Console-script entry point (`agentrl ...`, `agentrl eval ...`, `agentrl compare A B`)."""
-    if threading.current_thread() is threading.main_thread():  # (only there can a handler be installed)
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    install_interrupts()  # SIGTERM ends a run as Ctrl-C does; neither lands inside a write to the store
     try:
         _dispatch()
     except Terminated:

@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlparse
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.config.logger import MLflowLoggerConfig
+from agentrl.interrupts import HeldCalls, held
 from agentrl.tracking.adapter_model import is_adapter, log_adapter
 from agentrl.tracking.liveness import (
     FOUND_DEAD_TAG,
@@ -170,7 +171,9 @@ class MLflowTracker:
         self.experiment_id: str | None = None
         self.run_name = run_name
         self.log_artifacts_enabled = log_artifacts
-        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        # Ctrl-C and SIGTERM wait for a call to the store to end: one raised inside SQLAlchemy can leave SQLite
+        # locked for every later write, the run's own KILLED among them (agentrl/interrupts.py).
+        self.client = HeldCalls(MlflowClient(tracking_uri=self.tracking_uri))
         self.run_id: str | None = None
         self.heartbeat_s, self.stale_after_s = float(heartbeat_s), float(stale_after_s)
         self._heartbeat: Heartbeat | None = None
@@ -374,7 +377,7 @@ class MLflowTracker:
             level = flavor_log.level
             flavor_log.setLevel(logging.ERROR)
             try:
-                with _use_tracking_uri(self.tracking_uri):
+                with _use_tracking_uri(self.tracking_uri), held():
                     mlflow.transformers.log_model(
                         {"model": model, "tokenizer": tokenizer}, name=name, task="text-generation",
                         run_id=self.run_id, model_id=logged.model_id, pip_requirements=requirements)

@@ -1,0 +1,106 @@
+"""Ctrl-C and SIGTERM never land inside a write to the MLflow store (agentrl/interrupts.py).
+
+Each case runs in a process of its own: the signals are real, sent by the process to itself, and pytest's own
+SIGINT handling stays out of it.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A run's tracker gets the signal from SQLite's own cursor, just after the INSERT of its metrics and before their
+# commit: raised there, the write would be rolled back (and could leave the store locked for the next one).
+_MID_WRITE = textwrap.dedent("""
+    import os, signal, sys, time
+    from pathlib import Path
+    from omegaconf import OmegaConf
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+    from agentrl.interrupts import Terminated, install
+    from agentrl.tracking.mlflow_tracker import MLflowTracker
+
+    install()
+    sig = getattr(signal, sys.argv[3])
+    tracker = MLflowTracker(tracking_uri=sys.argv[1], experiment="t", output_root=sys.argv[2], heartbeat_s=3600)
+    tracker.start(OmegaConf.create({"dry_run": False, "task_name": "t", "seed": 0}), choices={},
+                  run_dir=Path(sys.argv[2]) / "run")
+    sent = []
+
+    @event.listens_for(Engine, "after_cursor_execute")
+    def _signal_mid_write(conn, cursor, statement, *args):
+        if not sent and statement.lstrip().upper().startswith("INSERT INTO METRICS"):
+            sent.append(statement)
+            os.kill(os.getpid(), sig)
+            for _ in range(10_000):  # bytecodes: Python runs the handler at the first of them
+                pass
+
+    try:
+        tracker.log({"a": 1.0, "b": 2.0}, step=0)
+        print("not interrupted")
+    except KeyboardInterrupt as err:
+        print("interrupted:", type(err).__name__, "sent:", bool(sent))
+    began = time.monotonic()
+    tracker.finish("KILLED")
+    print("closed in", round(time.monotonic() - began, 1))
+    run = tracker.client.get_run(tracker.run_id)
+    print("status", run.info.status, "metrics", sorted(run.data.metrics))
+""")
+
+
+@pytest.mark.parametrize(("sig", "raised"), [("SIGINT", "KeyboardInterrupt"), ("SIGTERM", "Terminated")])
+def test_a_signal_inside_a_store_write_is_raised_after_it_commits(tmp_path: Path, sig: str, raised: str) -> None:
+    done = subprocess.run([sys.executable, "-c", _MID_WRITE, f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path),
+                           sig], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert f"interrupted: {raised} sent: True" in lines, done.stdout
+    # The whole batch was written before the interrupt was raised, and the store took the run's close at once
+    # (a write left open would hold SQLite's lock: the close would wait out MLflow's 20 s busy timeout and fail).
+    assert "status KILLED metrics ['a', 'b']" in lines, done.stdout
+    closed = float(next(ln for ln in lines if ln.startswith("closed in")).split()[-1])
+    assert closed < 15, done.stdout
+
+
+_TWICE = textwrap.dedent("""
+    import os, signal
+    from agentrl.interrupts import held, install
+
+    install()
+    reached = []
+    try:
+        with held():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):
+                pass
+            reached.append("after the first")
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):
+                pass
+            reached.append("after the second")
+    except KeyboardInterrupt:
+        print("raised after", reached)
+""")
+
+
+def test_a_second_ctrl_c_inside_a_held_write_is_raised_at_once() -> None:
+    done = subprocess.run([sys.executable, "-c", _TWICE], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "raised after ['after the first']"
+
+
+def test_an_ignored_sigint_stays_ignored() -> None:
+    # A background job (`cmd &` in a script) starts with SIGINT ignored: install() must not make it interruptible.
+    script = ("import signal; from agentrl.interrupts import install; install(); "
+              "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM).__name__)")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "_on_signal"]
