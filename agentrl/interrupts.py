@@ -1,15 +1,25 @@
-"""Ctrl-C and SIGTERM for `python -m agentrl`: raised on the main thread as exceptions, never inside a store write.
+"""Ctrl-C and SIGTERM for `python -m agentrl`: raised on the main thread as exceptions, but never at an unsafe point.
 
-Python raises KeyboardInterrupt wherever the main thread happens to be. Inside SQLAlchemy that can leave an SQLite
-transaction open on a pooled connection: every later write to the MLflow store, from any thread, then waits out the
-busy timeout and fails with "database is locked", and the stopped run cannot close itself as KILLED (CI met it).
-`held()` wraps such writes: a signal that arrives inside is raised as soon as the write ends. A second signal
-during a held write is not deferred (a user pressing Ctrl-C twice means it; a second SIGTERM kills at once).
+Python raises KeyboardInterrupt wherever the main thread happens to be, and in a threaded process that can be
+inside another library's critical section:
+- inside SQLAlchemy, it can leave an SQLite transaction open on a pooled connection: every later write to the
+  MLflow store then waits out the busy timeout and fails ("database is locked"), and the stopped run cannot close
+  itself as KILLED (CI met it);
+- just after `logging` took its module lock, it leaks the lock: every other thread that logs then blocks for
+  good, and the run hangs in its cleanup, joining them (seen here).
+
+So a signal is deferred in two kinds of section, and raised as usual everywhere else:
+- `held()` wraps writes to the store: the signal is raised as soon as the write ends;
+- `between_steps()` wraps a training loop: the signal is raised at the loop's next `stop_point()` (the end of the
+  step), after a line on stderr saying so.
+A second signal while one is deferred is raised at once (a user pressing Ctrl-C twice means it; a second SIGTERM
+kills the process at once).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -24,7 +34,10 @@ class Terminated(KeyboardInterrupt):
 
 
 _depth = 0  # held() sections open on the main thread
+_loops = 0  # between_steps() sections open on the main thread
 _pending: int | None = None  # the signal that arrived inside one
+
+_NAMES = {signal.SIGINT: ("Ctrl-C", "press Ctrl-C again"), signal.SIGTERM: ("SIGTERM", "a second SIGTERM")}
 
 
 def _raise(signum: int) -> None:
@@ -37,8 +50,12 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     global _pending
     if signum == signal.SIGTERM:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once, mid-cleanup
-    if _depth and _pending is None:
+    if (_depth or _loops) and _pending is None:
         _pending = signum
+        if _loops:
+            name, again = _NAMES.get(signum, (f"signal {signum}", "a second one"))
+            # os.write, not print: the handler may run inside a print to the same stream
+            os.write(2, f"\nagentrl: {name}: stopping at the end of this step ({again} stops it now)\n".encode())
         return
     _raise(signum)
 
@@ -55,11 +72,22 @@ def install() -> None:
     signal.signal(signal.SIGTERM, _on_signal)
 
 
+def _raise_pending() -> None:
+    global _pending
+    if _pending is not None:
+        signum, _pending = _pending, None
+        _raise(signum)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
 @contextmanager
 def held() -> Iterator[None]:
     """Defer Ctrl-C and SIGTERM to the end of the block (main thread; other threads never get them)."""
-    global _depth, _pending
-    if threading.current_thread() is not threading.main_thread():
+    global _depth
+    if not _main_thread():
         yield
         return
     _depth += 1
@@ -67,9 +95,30 @@ def held() -> Iterator[None]:
         yield
     finally:
         _depth -= 1
-        if not _depth and _pending is not None:
-            signum, _pending = _pending, None
-            _raise(signum)
+        if not _depth and not _loops:
+            _raise_pending()
+
+
+@contextmanager
+def between_steps() -> Iterator[None]:
+    """A training loop's body: Ctrl-C and SIGTERM wait for its next `stop_point()` (or the block's end)."""
+    global _loops
+    if not _main_thread():
+        yield
+        return
+    _loops += 1
+    try:
+        yield
+    finally:
+        _loops -= 1
+        if not _loops and not _depth:
+            _raise_pending()
+
+
+def stop_point() -> None:
+    """Where a training loop may stop: raises the Ctrl-C or SIGTERM that arrived since, if any."""
+    if _main_thread() and not _depth:
+        _raise_pending()
 
 
 class HeldCalls:

@@ -104,3 +104,55 @@ def test_an_ignored_sigint_stays_ignored() -> None:
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["True", "_on_signal"]
+
+
+_LOOP = textwrap.dedent("""
+    import os, signal, sys
+    from agentrl.interrupts import between_steps, held, install, stop_point
+
+    install()
+    done = []
+    try:
+        with between_steps():
+            for step in range(3):
+                stop_point()
+                if step == 0:
+                    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+                    for _ in range(10_000):
+                        pass
+                    with held():  # a store write inside the step: still raised at the loop's stop point
+                        pass
+                done.append(step)
+    except KeyboardInterrupt as err:
+        print(type(err).__name__, "after steps", done)
+""")
+
+
+@pytest.mark.parametrize(("sig", "raised", "line"), [
+    ("SIGINT", "KeyboardInterrupt", "agentrl: Ctrl-C: stopping at the end of this step (press Ctrl-C again stops it now)"),
+    ("SIGTERM", "Terminated", "agentrl: SIGTERM: stopping at the end of this step (a second SIGTERM stops it now)"),
+])
+def test_a_signal_inside_a_training_step_stops_the_loop_at_its_next_stop_point(sig: str, raised: str,
+                                                                               line: str) -> None:
+    done = subprocess.run([sys.executable, "-c", _LOOP, sig], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == f"{raised} after steps [0]"
+    assert line in done.stderr.splitlines()
+
+
+def test_a_signal_in_the_last_step_is_raised_when_the_loop_ends() -> None:
+    script = textwrap.dedent("""
+        import os, signal
+        from agentrl.interrupts import between_steps, install
+        install()
+        try:
+            with between_steps():
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(10_000):
+                    pass
+                print("the step ran to its end")
+        except KeyboardInterrupt:
+            print("raised at the loop's end")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split("\n")[:2] == ["the step ran to its end", "raised at the loop's end"], done.stderr

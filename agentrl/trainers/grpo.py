@@ -41,6 +41,7 @@ from agentrl.agents.record import Rollout
 from agentrl.console import progress
 from agentrl.devices import set_threads, train_device
 from agentrl.group_filter import FAILED, FailureStreak, failure_cause, group_drop_reason
+from agentrl.interrupts import between_steps, stop_point
 from agentrl.trainers import checkpoint as ckpt
 from agentrl.trainers.episode_traces import TraceAs
 from agentrl.trainers.eval_results import EvalSink
@@ -276,34 +277,43 @@ class GRPOTrainer(TrainerBase):
     def fit(self) -> dict[str, float]:
         """`setup`, `train_step` for each of `trainer.steps` with evals and checkpoints on their cadence, the
         closing evals, `cleanup`; returns the final metrics (their `eval/reward` is the objective)."""
-        from tqdm import tqdm
-
-        t = self.t
         first = self.setup(self.plan)
-        final: dict[str, float] = {}
         try:
-            if first == 1:
-                self.tracker.log(self.evaluate(0), step=0)
-            bar = tqdm(range(first, t.steps + 1), initial=first - 1, total=t.steps, desc="grpo", dynamic_ncols=True)
-            for step in bar:
-                started = time.monotonic()
-                metrics = self.train_step(step).as_metrics()
-                self.times["train"] += time.monotonic() - started
-                if step == t.steps or (t.eval_every and step % t.eval_every == 0):
-                    metrics.update(self.evaluate(step))
-                self.tracker.log(metrics, step=step)
-                progress(step_line("grpo", step, t.steps, metrics))  # the log file's step progress
-                self.health.add(metrics)
-                self.no_update.add(step, metrics)
-                if t.checkpoint_every and (step % t.checkpoint_every == 0 or step == t.steps):
-                    self.save(step)
-                bar.set_postfix(reward=f"{metrics['train/reward']:.3f}",
-                                eval=f"{self.history['eval/reward'][-1][1]:.3f}")
-                final = metrics
+            # Ctrl-C and SIGTERM stop the loop between steps (agentrl/interrupts.py: raised mid-step, they can
+            # strand a lock another thread needs, and the run hangs in its cleanup).
+            with between_steps():
+                final = self._loop(first)
             final.update(self._closing_metrics())
             self._log_final_model()
         finally:
             self.cleanup()
+        return final
+
+    def _loop(self, first: int) -> dict[str, float]:
+        """Steps `first`..`trainer.steps` (after the step-0 eval of a fresh run); returns the last step's metrics."""
+        from tqdm import tqdm
+
+        t = self.t
+        final: dict[str, float] = {}
+        if first == 1:
+            self.tracker.log(self.evaluate(0), step=0)
+        bar = tqdm(range(first, t.steps + 1), initial=first - 1, total=t.steps, desc="grpo", dynamic_ncols=True)
+        for step in bar:
+            stop_point()
+            started = time.monotonic()
+            metrics = self.train_step(step).as_metrics()
+            self.times["train"] += time.monotonic() - started
+            if step == t.steps or (t.eval_every and step % t.eval_every == 0):
+                metrics.update(self.evaluate(step))
+            self.tracker.log(metrics, step=step)
+            progress(step_line("grpo", step, t.steps, metrics))  # the log file's step progress
+            self.health.add(metrics)
+            self.no_update.add(step, metrics)
+            if t.checkpoint_every and (step % t.checkpoint_every == 0 or step == t.steps):
+                self.save(step)
+            bar.set_postfix(reward=f"{metrics['train/reward']:.3f}",
+                            eval=f"{self.history['eval/reward'][-1][1]:.3f}")
+            final = metrics
         return final
 
     def _closing_metrics(self) -> dict[str, float]:

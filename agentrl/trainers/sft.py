@@ -29,6 +29,7 @@ from agentrl.config.trainer import SFTTrainerConfig, WarmStartConfig
 from agentrl.console import progress
 from agentrl.devices import model_device, set_threads, train_device
 from agentrl.fsutil import atomic_dir
+from agentrl.interrupts import between_steps, stop_point
 from agentrl.trainers.demonstrations import demonstration_data, role_demonstrations
 from agentrl.trainers.eval_results import EvalSink
 from agentrl.trainers.evaluate import evaluate
@@ -148,21 +149,23 @@ def train_sft(model: Any, tokenizer: Any, data: Sequence[tuple[list[int], list[i
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     model.train()
     loss_value = float("nan")
-    for step in range(steps):
-        batch = [data[rng.randrange(len(data))] for _ in range(batch_samples)]
-        loss = sft_loss(model, batch, pad)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        loss_value = float(loss.detach())
-        if on_step:
-            on_step(step + 1, loss_value)
-        if on_eval and eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
-            model.eval()
-            on_eval(step + 1)
-            model.train()
+    with between_steps():  # Ctrl-C and SIGTERM stop it between steps (agentrl/interrupts.py)
+        for step in range(steps):
+            stop_point()
+            batch = [data[rng.randrange(len(data))] for _ in range(batch_samples)]
+            loss = sft_loss(model, batch, pad)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            loss_value = float(loss.detach())
+            if on_step:
+                on_step(step + 1, loss_value)
+            if on_eval and eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
+                model.eval()
+                on_eval(step + 1)
+                model.train()
     model.eval()
     return loss_value
 
