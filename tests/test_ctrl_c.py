@@ -57,15 +57,18 @@ def _only_run(home: Path):
     return runs[0]
 
 
-def _stopped_mid_training(tmp_path: Path, sig: int, exited, name: str):
-    """A 400-step run stopped by `sig` once it has a checkpoint: no traceback, `exited(returncode)`, "stopped by
-    `name`", the MLflow run closed as KILLED. Returns (home, args, the run, its `resume it` line)."""
+def _stopped_mid_training(tmp_path: Path, sig: int, exited, name: str, args: list[str] | None = None,
+                          checkpoint: str = "*/*/step-*/state.pt"):
+    """A 400-step run (`args`; GRPO on arith by default) stopped by `sig` once it has a checkpoint (`checkpoint`
+    under outputs/checkpoints): no traceback, `exited(returncode)`, the line saying it stops at the end of the
+    step, "stopped by `name`", the MLflow run closed as KILLED. Returns (home, args, the run, its `resume it` line)."""
     home = tmp_path / "home"
-    args = [*TINY, "trainer.warm_start.enabled=false", "trainer.steps=400"]
+    args = args or [*TINY, "trainer.warm_start.enabled=false", "trainer.steps=400"]
     ckpts = home / "outputs" / "checkpoints"
-    stopped = _interrupt_when(home, args, lambda: any(ckpts.glob("*/*/step-*/state.pt")), sig=sig)
+    stopped = _interrupt_when(home, args, lambda: any(ckpts.glob(checkpoint)), sig=sig)
     assert exited(stopped.returncode), (stopped.returncode, stopped.stderr[-3000:])
     assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    assert f"agentrl: {name}: stopping at the end of this step" in stopped.stderr  # agentrl/interrupts.py
     assert f"agentrl: stopped by {name}" in stopped.stderr
     assert "== agentrl run KILLED" in stopped.stdout
     run = _only_run(home)
@@ -109,5 +112,18 @@ def test_ctrl_c_in_the_warm_start_says_to_run_it_again(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sigterm_mid_training_closes_the_run_as_ctrl_c_does(tmp_path: Path) -> None:
     _, args, run, line = _stopped_mid_training(tmp_path, signal.SIGTERM, lambda rc: rc == 143, "SIGTERM")
+    assert line.startswith("resume it     " + shlex.join(["python", "-m", "agentrl", *args,
+                                                         f"trainer.resume={run.info.run_id}"]) + "  (from step ")
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_trl_stops_between_steps(tmp_path: Path) -> None:
+    # trainer=trl in this process: the signal waits for the next step's start (the callback's stop point).
+    args = ["+recipe=gridsim_grpo", "trainer=trl", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2",
+            "trainer.eval_limit=2", "trainer.eval_every=0", "trainer.checkpoint_every=1",
+            "trainer.warm_start.enabled=false", "trainer.steps=400", "agent.max_response_tokens=8",
+            *TINY[TINY.index("model.hidden_size=32"):]]
+    _, _, run, line = _stopped_mid_training(tmp_path, signal.SIGINT, _stopped_by_ctrl_c, "Ctrl-C", args=args,
+                                            checkpoint="**/checkpoint-*")
     assert line.startswith("resume it     " + shlex.join(["python", "-m", "agentrl", *args,
                                                          f"trainer.resume={run.info.run_id}"]) + "  (from step ")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.agents.record import Rollout
+from agentrl.interrupts import stop_point
 from agentrl.trainers.step_products import StepBatch, StepStats, StepTimes
 
 # TRL's log keys that mean what one of ours means (TRL's own names are kept beside, under trl/).
@@ -109,6 +110,7 @@ def make_callback(bridge: Any, trainer_ref: list[Any]) -> Any:
             self.evals: dict[str, float] = {}
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            stop_point()  # after the last step's log and checkpoint (agentrl/interrupts.py)
             self.started = time.monotonic()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:

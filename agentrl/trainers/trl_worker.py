@@ -30,6 +30,7 @@ from agentrl.agents.record import Rollout
 from agentrl.console import TRL_SILENCE
 from agentrl.devices import set_threads
 from agentrl.group_filter import FAILED, group_drop_reason
+from agentrl.interrupts import between_steps
 from agentrl.trainers.episode_traces import TraceAs
 from agentrl.trainers.eval_results import EvalSink
 from agentrl.trainers.evaluate import trainer_eval
@@ -249,7 +250,8 @@ def train(plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Si
         trainer.remove_callback(PrinterCallback)
         if rank == 0 and sink is not None and not resume_from:
             sink(bridge.evaluate(None, 0), 0)  # the start folder, before any step (as trainer=grpo)
-        trainer.train(resume_from_checkpoint=resume_from)
+        with between_steps():  # Ctrl-C and SIGTERM stop it at a step's start (the callback's stop point)
+            trainer.train(resume_from_checkpoint=resume_from)
         model = trainer.accelerator.unwrap_model(trainer.model)
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         (Path(run_dir) / f"trl_rank{rank}_weights.json").write_text(json.dumps(weight_digest(model)))
