@@ -16,8 +16,9 @@ from urllib.parse import unquote, urlparse
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.config.logger import MLflowLoggerConfig
-from agentrl.interrupts import HeldCalls, held
+from agentrl.interrupts import HeldCalls
 from agentrl.tracking.adapter_model import is_adapter, log_adapter
+from agentrl.tracking.hf_model import log_hf_model
 from agentrl.tracking.liveness import (
     FOUND_DEAD_TAG,
     DeadRun,
@@ -347,52 +348,7 @@ class MLflowTracker:
         model_dir = Path(model_dir)
         if is_adapter(model_dir):  # a LoRA run's: the adapter and its base's folder, not a copy of the base
             return log_adapter(self.client, self.experiment_id, self.run_id, model_dir, name)
-        try:
-            import mlflow
-            import mlflow.transformers
-            import torch
-            import transformers
-            from mlflow.entities import LoggedModelStatus
-            from mlflow.tracking._tracking_service.utils import _use_tracking_uri
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError as err:
-            log.warning("model not logged to MLflow: its transformers flavor needs %s (pip install it)", err.name)
-            return None
-        # Made here, in this run's experiment: the fluent API would put it in the process's active experiment.
-        logged = self.client.create_logged_model(
-            self.experiment_id, name=name, source_run_id=self.run_id,
-            tags={"agentrl.model_dir": str(model_dir)[:_TAG_VALUE_CHARS]})
-        try:
-            # Objects, not the folder's path: MLflow 3.17's checkpoint-path route fails with transformers 5.
-            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", local_files_only=True)
-            tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-            # Stated requirements: MLflow would otherwise infer them by loading the model in a subprocess.
-            requirements = [f"torch=={torch.__version__.split('+')[0]}", f"transformers=={transformers.__version__}"]
-            # The fluent API reads the process-wide tracking URI; point it at this run's store only meanwhile.
-            # MLflow's context manager drops $MLFLOW_TRACKING_URI on the way out: a sweep's next job would then
-            # log to the default store, so the variable is put back as it was.
-            saved = os.environ.get("MLFLOW_TRACKING_URI")
-            # The flavor warns that a local folder has no Hub model card or license: true and of no use here.
-            flavor_log = logging.getLogger("mlflow.transformers")
-            level = flavor_log.level
-            flavor_log.setLevel(logging.ERROR)
-            try:
-                with _use_tracking_uri(self.tracking_uri), held():
-                    mlflow.transformers.log_model(
-                        {"model": model, "tokenizer": tokenizer}, name=name, task="text-generation",
-                        run_id=self.run_id, model_id=logged.model_id, pip_requirements=requirements)
-            finally:
-                flavor_log.setLevel(level)
-                if saved is not None:
-                    os.environ["MLFLOW_TRACKING_URI"] = saved
-        except ImportError as err:
-            log.warning("model not logged to MLflow: its transformers flavor needs %s (pip install it)", err.name)
-        except (OSError, ValueError, TypeError, mlflow.exceptions.MlflowException) as err:
-            log.warning("model %s not logged to MLflow: %s: %s", model_dir, type(err).__name__, err)
-        else:
-            return logged.model_id
-        self.client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
-        return None
+        return log_hf_model(self.client, self.tracking_uri, self.experiment_id, self.run_id, model_dir, name)
 
     def url(self) -> str | None:
         """The run page in the MLflow UI (the default `mlflow ui` address for a local store), training view.
