@@ -16,6 +16,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+
+def _sigint_default() -> None:
+    """In the child, before Python starts: SIGINT as a terminal delivers it. A suite run as a background job (CI's
+    script) starts its children with SIGINT ignored, and then Python installs no handler (test_ctrl_c does the same)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 # A run's tracker gets the signal from SQLite's own cursor, just after the INSERT of its metrics and before their
 # commit: raised there, the write would be rolled back (and could leave the store locked for the next one).
 _MID_WRITE = textwrap.dedent("""
@@ -58,7 +64,8 @@ _MID_WRITE = textwrap.dedent("""
 @pytest.mark.parametrize(("sig", "raised"), [("SIGINT", "KeyboardInterrupt"), ("SIGTERM", "Terminated")])
 def test_a_signal_inside_a_store_write_is_raised_after_it_commits(tmp_path: Path, sig: str, raised: str) -> None:
     done = subprocess.run([sys.executable, "-c", _MID_WRITE, f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path),
-                           sig], cwd=REPO, capture_output=True, text=True, timeout=600)
+                           sig], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          preexec_fn=_sigint_default)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert f"interrupted: {raised} sent: True" in lines, done.stdout
@@ -91,7 +98,8 @@ _TWICE = textwrap.dedent("""
 
 
 def test_a_second_ctrl_c_inside_a_held_write_is_raised_at_once() -> None:
-    done = subprocess.run([sys.executable, "-c", _TWICE], cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", _TWICE], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_sigint_default)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "raised after ['after the first']"
 
@@ -134,7 +142,8 @@ _LOOP = textwrap.dedent("""
 ])
 def test_a_signal_inside_a_training_step_stops_the_loop_at_its_next_stop_point(sig: str, raised: str,
                                                                                line: str) -> None:
-    done = subprocess.run([sys.executable, "-c", _LOOP, sig], cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", _LOOP, sig], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_sigint_default)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == f"{raised} after steps [0]"
     assert line in done.stderr.splitlines()
@@ -154,5 +163,6 @@ def test_a_signal_in_the_last_step_is_raised_when_the_loop_ends() -> None:
         except KeyboardInterrupt:
             print("raised at the loop's end")
     """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_sigint_default)
     assert done.stdout.split("\n")[:2] == ["the step ran to its end", "raised at the loop's end"], done.stderr
