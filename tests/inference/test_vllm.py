@@ -158,7 +158,9 @@ def test_a_kept_push_lands_inside_a_running_reply(served, models) -> None:
 
     # When a reply is under way cannot be seen from outside, and how fast it runs depends on the box: pushes at
     # several delays, until one lands inside replies (too early, every token is the new version's; too late, none).
-    for delay in (0.3, 0.1, 0.8, 0.03, 2.0, 5.0):
+    # On a loaded box the replies can take seconds to start (a local CI run beside two GRPO jobs: every delay up to
+    # 5 s came too early), hence the long ones last.
+    for delay in (0.3, 0.1, 0.8, 0.03, 2.0, 5.0, 10.0, 20.0):
         served.update_weights(models["a"])
         before = served.weight_version
         done, version = asyncio.run(play(delay))
