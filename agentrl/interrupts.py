@@ -23,7 +23,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import FrameType
 from typing import Any
 
@@ -33,8 +33,8 @@ class Terminated(KeyboardInterrupt):
     a terminated run closes as KILLED with its `resume it` line, as a Ctrl-C'd one does."""
 
 
-_depth = 0  # held() sections open on the main thread
-_loops = 0  # between_steps() sections open on the main thread
+# sections open on the main thread: held() ("write") and between_steps() ("loop")
+_open = {"write": 0, "loop": 0}
 _pending: int | None = None  # the signal that arrived inside one
 
 _NAMES = {signal.SIGINT: ("Ctrl-C", "press Ctrl-C again"), signal.SIGTERM: ("SIGTERM", "a second SIGTERM")}
@@ -50,9 +50,9 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     global _pending
     if signum == signal.SIGTERM:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once, mid-cleanup
-    if (_depth or _loops) and _pending is None:
+    if any(_open.values()) and _pending is None:
         _pending = signum
-        if _loops:
+        if _open["loop"]:
             name, again = _NAMES.get(signum, (f"signal {signum}", "a second one"))
             # os.write, not print: the handler may run inside a print to the same stream
             os.write(2, f"\nagentrl: {name}: stopping at the end of this step ({again} stops it now)\n".encode())
@@ -61,11 +61,11 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def install() -> None:
-    """Route SIGINT and SIGTERM through `held()`; only the main thread can (elsewhere: nothing is changed).
+    """Route SIGINT and SIGTERM through this module's handler; only the main thread can (elsewhere: nothing).
 
     SIGINT keeps an ignored disposition (a background job's): only Python's default Ctrl-C handler is replaced.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if not _main_thread():
         return
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_signal)
@@ -84,40 +84,34 @@ def _main_thread() -> bool:
 
 
 @contextmanager
-def held() -> Iterator[None]:
-    """Defer Ctrl-C and SIGTERM to the end of the block (main thread; other threads never get them)."""
-    global _depth
+def _deferring(kind: str) -> Iterator[None]:
+    """A section of `kind` on the main thread (other threads never get the signals); raises a signal deferred in
+    it when the last section of either kind closes."""
     if not _main_thread():
         yield
         return
-    _depth += 1
+    _open[kind] += 1
     try:
         yield
     finally:
-        _depth -= 1
-        if not _depth and not _loops:
+        _open[kind] -= 1
+        if not any(_open.values()):
             _raise_pending()
 
 
-@contextmanager
-def between_steps() -> Iterator[None]:
+def held() -> AbstractContextManager[None]:
+    """Defer Ctrl-C and SIGTERM to the end of the block: a write to the store."""
+    return _deferring("write")
+
+
+def between_steps() -> AbstractContextManager[None]:
     """A training loop's body: Ctrl-C and SIGTERM wait for its next `stop_point()` (or the block's end)."""
-    global _loops
-    if not _main_thread():
-        yield
-        return
-    _loops += 1
-    try:
-        yield
-    finally:
-        _loops -= 1
-        if not _loops and not _depth:
-            _raise_pending()
+    return _deferring("loop")
 
 
 def stop_point() -> None:
     """Where a training loop may stop: raises the Ctrl-C or SIGTERM that arrived since, if any."""
-    if _main_thread() and not _depth:
+    if _main_thread() and not _open["write"]:
         _raise_pending()
 
 
