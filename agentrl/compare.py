@@ -5,6 +5,10 @@ results, or a training run's last sampled eval); a side may be several of them j
 seed), averaged task by task, as the seed-mean claims in benchmarks/RESULTS.md are. Prints A - B: the paired
 per-task mean difference ± its standard error, the tasks won, lost and tied, and the same by each breakdown fact
 the files carry (e.g. GridSim's battery duration). Refuses two results whose task sets differ.
+
+A task's score is the mean of its samples' scores; with `--score majority`, the score of the answer most of its
+samples gave (self-consistency: one agent given k samples a task, e.g. as many model tokens as a multi-agent
+play spends; `eval/maj_at_<k>` in MLflow).
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from agentrl.config.locate import project_root
 from agentrl.paired import PairedDiff, mean_se, paired_diff
 from agentrl.tracking.eval_lookup import RunLookupError, eval_results_of, looks_like_run_id
 from agentrl.tracking.uri import resolve_tracking_uri
-from agentrl.trainers.eval_results import EvalResultsError, read_results, task_score
+from agentrl.trainers.eval_results import EvalResultsError, majority_score, read_results, task_score
+
+SCORERS = {"mean": task_score, "majority": majority_score}
 
 
 class CompareError(ValueError):
@@ -78,12 +84,21 @@ def average(parts: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> tuple[s
     return f"the mean of {len(parts)} ({'; '.join(label for label, _ in parts)})", merged
 
 
-def load_side(spec: str, tracking_uri: str, scratch: Path) -> tuple[str, list[dict[str, Any]]]:
-    """One side of the comparison: a source, or several joined by commas, averaged task by task."""
+def scored(records: Sequence[Mapping[str, Any]], score: str) -> list[dict[str, Any]]:
+    """The records with each task's samples replaced by one sample holding the task's score under `score`
+    (`SCORERS`); "mean" leaves them as they are."""
+    if score == "mean":
+        return [dict(r) for r in records]
+    return [{**r, "samples": [{"score": SCORERS[score](r)}]} for r in records]
+
+
+def load_side(spec: str, tracking_uri: str, scratch: Path, score: str = "mean") -> tuple[str, list[dict[str, Any]]]:
+    """One side of the comparison: a source, or several joined by commas, averaged task by task; each task
+    scored as `score` says (`SCORERS`) before the average."""
     sources = [s for s in spec.split(",") if s]
     if not sources:
         raise CompareError(f"{spec!r}: no results named")
-    parts = [load(s, tracking_uri, scratch) for s in sources]
+    parts = [(label, scored(records, score)) for label, records in (load(s, tracking_uri, scratch) for s in sources)]
     return parts[0] if len(parts) == 1 else average(parts)
 
 
@@ -120,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("a", help="per-task results file (evals/*.jsonl) or MLflow run id; several joined by "
                                   "commas (one per seed) are averaged task by task")
     parser.add_argument("b", help="the same for the other side (A - B is reported)")
+    parser.add_argument("--score", choices=sorted(SCORERS), default="mean",
+                        help="a task's score: the mean of its samples' (default), or the score of the answer most "
+                             "of them gave (majority vote, both sides)")
     parser.add_argument("--tracking-uri", default=None,
                         help="the MLflow store run ids are read from (default: $MLFLOW_TRACKING_URI, else the "
                              "project's outputs/mlflow.db)")
@@ -127,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     uri = resolve_tracking_uri(args.tracking_uri, project_root() / "outputs")
     try:
         with tempfile.TemporaryDirectory(prefix="agentrl-compare-") as scratch:
-            (la, a), (lb, b) = (load_side(s, uri, Path(scratch)) for s in (args.a, args.b))
+            (la, a), (lb, b) = (load_side(s, uri, Path(scratch), args.score) for s in (args.a, args.b))
+            if args.score != "mean":
+                la, lb = f"{la}, {args.score} vote", f"{lb}, {args.score} vote"
             print(report(la, lb, a, b), flush=True)
     except (CompareError, EvalResultsError, RunLookupError) as err:
         raise SystemExit(f"agentrl compare: {err}") from None

@@ -64,7 +64,7 @@ def eval_sampling(plan: Plan, temperature: float | None) -> Sampling:
 
 def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict[str, float], tasks: int,
                   samples: int, results: Path | None, wall_s: float) -> str:
-    """The block an evaluation ends with: where it is, what it scored (mean ± se, pass@k, breakdown)."""
+    """The block an evaluation ends with: where it is, what it scored (mean ± se, pass@k, maj@k, breakdown)."""
     lines = [f"== agentrl eval {status} in {wall_s:.0f} s", f"run folder    {run_dir}"]
     if tracker.run_id:
         lines.append(f"MLflow        {tracker.tracking_uri}  experiment {tracker.experiment}  run {tracker.run_id}")
@@ -76,6 +76,8 @@ def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict
                      f"({tasks} tasks x {samples} samples)")
     if passes := [f"pass@{k[13:]} {v:.3f}" for k, v in metrics.items() if k.startswith("eval/pass_at_")]:
         lines.append(f"pass@k        {', '.join(passes)}")
+    if majority := [f"maj@{k[12:]} {v:.4f}" for k, v in metrics.items() if k.startswith("eval/maj_at_")]:
+        lines.append(f"majority      {', '.join(majority)} (the score of each task's most common answer)")
     skip = {"eval/reward", "eval/reward_stderr", "eval/zero_share"}
     if parts := [f"{k[5:]} {v:.3f}" for k, v in sorted(metrics.items())
                  if k.startswith(("eval/reward_", "eval/reward/")) and k not in skip]:

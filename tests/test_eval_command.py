@@ -13,7 +13,7 @@ import pytest
 
 from agentrl.paired import pass_at_k
 from agentrl.testing.cli import run_agentrl
-from agentrl.trainers.eval_results import pass_metrics
+from agentrl.trainers.eval_results import majority_score, pass_metrics
 
 SHAPE = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
          "model.intermediate_size=64", "model.vocab_size=1024", "agent.max_response_tokens=24"]
@@ -82,13 +82,15 @@ def test_eval_command_then_compare(tmp_path: Path) -> None:
         assert metrics[f"eval/pass_at_{k}"] == pytest.approx(expect)
     scores = [s["score"] for r in records for s in r["samples"]]
     assert metrics["eval/reward"] == pytest.approx(sum(scores) / len(scores))
+    # maj@3: the file's samples voted (majority_score is checked by hand in tests/test_majority_vote.py)
+    assert metrics["eval/maj_at_3"] == pytest.approx(sum(majority_score(r) for r in records) / 3)
     artifacts = {a.path for a in client.list_artifacts(eval_id, "evals")}
     assert {"evals/eval.jsonl", "evals/eval_table.json"} <= artifacts, artifacts
     table = json.loads(Path(client.download_artifacts(eval_id, "evals/eval_table.json", str(tmp_path))).read_text())
     assert len(table["data"]) == 9 and {"task_id", "prompt", "completion", "tool_calls", "score", "reward"} <= set(
         table["columns"])
     log = (eval_dir / "__main__.log").read_text()
-    assert "eval/reward" in log and "== agentrl eval FINISHED" in log and "pass@3" in log
+    assert "eval/reward" in log and "== agentrl eval FINISHED" in log and "pass@3" in log and "maj@3" in log
 
     both = _cli(["compare", eval_id, train_id], home)
     assert both.returncode == 0, both.stderr[-3000:]

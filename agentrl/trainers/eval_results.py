@@ -77,6 +77,52 @@ def pass_metrics(records: Sequence[Mapping[str, Any]], pass_score: float, prefix
     return out
 
 
+def answer_key(answer: Any) -> str:
+    """An answer as majority voting compares it: a tool call `name {json}` with its arguments serialized again
+    (key order and spacing ignored, as `1` and `1.0` are equal), any other answer stripped of outer whitespace."""
+    text = str(answer or "").strip()
+    name, _, rest = text.partition(" ")
+    if rest.startswith("{"):
+        try:
+            arguments = json.loads(rest, parse_float=_integral)
+        except ValueError:
+            return text
+        return f"{name} {json.dumps(arguments, sort_keys=True, separators=(',', ':'))}"
+    return text
+
+
+def _integral(text: str) -> float | int:
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
+def majority_score(record: Mapping[str, Any], n: int | None = None) -> float:
+    """A task's majority-vote score (self-consistency, Wang et al. 2022) over its first `n` samples (all when
+    None): the score of the answer most of them gave. Samples with a failure or no answer do not vote; a tie goes
+    to the tied answer given first (never to the better-scored one: the vote sees no grades); no vote scores 0."""
+    votes: dict[str, list[float]] = {}
+    for s in record["samples"][:n]:
+        if s.get("failure") or not str(s.get("answer") or "").strip():
+            continue
+        votes.setdefault(answer_key(s["answer"]), []).append(float(s["score"]))
+    if not votes:
+        return 0.0
+    most = max(len(v) for v in votes.values())
+    scores = next(v for v in votes.values() if len(v) == most)  # dicts keep first-given order
+    return sum(scores) / len(scores)  # one answer, one grade; the mean guards a grader that is not deterministic
+
+
+def majority_metrics(records: Sequence[Mapping[str, Any]], prefix: str) -> dict[str, float]:
+    """`<prefix>/maj_at_<n>` for n = the fewest samples a task has (at least 2): the mean over tasks of
+    `majority_score` over each task's first n samples."""
+    if not records:
+        return {}
+    n = min(len(r["samples"]) for r in records)
+    if n < 2:
+        return {}
+    return {f"{prefix}/maj_at_{n}": sum(majority_score(r, n) for r in records) / len(records)}
+
+
 def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The eval table: one row per sample (task id, sample, prompt, completion, tool calls, score, reward)."""
     return [{"task_id": r["task_id"], "split": r["split"], "sample": j, "prompt": r["prompt"],

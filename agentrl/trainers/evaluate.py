@@ -26,7 +26,7 @@ from agentrl.config.sampling import Sampling
 from agentrl.config.schema import RunConfig
 from agentrl.rewards import rubric_metrics
 from agentrl.trainers.episode_traces import TraceAs
-from agentrl.trainers.eval_results import pass_metrics, task_records
+from agentrl.trainers.eval_results import majority_metrics, pass_metrics, task_records
 from agentrl.trainers.rollout import make_row
 
 
@@ -137,7 +137,8 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
              quiet: bool = False, samples: int = 1, pass_score: float = 1.0, sink: Any = None,
              progress: tqdm | None = None) -> tuple[dict[str, float], list[Rollout]]:
     """Play every eval task `samples` times, sampled as `sampling` says; returns (metrics, the outcome rollouts in
-    task order). With more than one sample the metrics add `<prefix>/pass_at_<k>` (a pass: score >= `pass_score`).
+    task order). With more than one sample the metrics add `<prefix>/pass_at_<k>` (a pass: score >= `pass_score`)
+    and `<prefix>/maj_at_<samples>` (the majority answer's score).
 
     `sink(name, records)` (an `eval_results.EvalSink`) takes the per-task records, named `<prefix>-step-<step>`
     (or `<prefix>` without a step; a `/` in the prefix becomes `-`). Prints `eval_line` when done (above any
@@ -158,6 +159,7 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
     records = task_records(outcomes, breakdown, step)
     if samples > 1:
         metrics.update(pass_metrics(records, pass_score, prefix))
+        metrics.update(majority_metrics(records, prefix))
     if sink is not None:  # a file name of the prefix: warm_start/eval writes warm_start-eval-step-<n>.jsonl
         name = prefix.replace("/", "-")
         sink(name if step is None else f"{name}-step-{step}", records)

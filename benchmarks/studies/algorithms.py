@@ -5,6 +5,7 @@
     python benchmarks/studies/algorithms.py compare --home H --seeds 0 1 2 --losses grpo,dr_grpo,dapo,gspo   # (2) multirun
     python benchmarks/studies/algorithms.py flagship --home H                    # (3) the README command, timed
     python benchmarks/studies/algorithms.py temps --home H --temps 1.1 0.8 0.6   # (3) a model's eval by temperature
+    python benchmarks/studies/algorithms.py curve --home H --tag=_x --out F.png  # beat's runs: eval vs wall time
 
 Every GRPO run is the real CLI (`python -m agentrl +recipe=gridsim_beat_teacher ...`) in a subprocess, from the
 same start folder (`trainer.warm_start.checkpoint`), logging to one MLflow store under H (`H/mlflow.db`). Extra
@@ -205,12 +206,54 @@ def temps(args: argparse.Namespace, extra: list[str]) -> None:
             print(row(name, m, prefix), flush=True)
 
 
+def curve(args: argparse.Namespace, extra: list[str]) -> None:
+    """`beat`'s runs (`--tag`) as eval reward against wall minutes since each run started (MLflow's own
+    timestamps of `eval/reward` and `eval_greedy/reward`), the greedy rule as a line: a PNG at `--out`, and the
+    points as a table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from mlflow.tracking import MlflowClient
+
+    home = Path(args.home)
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    folder = str(home / f"beat{args.tag}")
+    runs = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
+            if r.data.tags.get("agentrl.run_dir", "").startswith(folder + "/seed-")]
+    if not runs:
+        raise SystemExit(f"no runs under {folder} in {home / 'mlflow.db'}")
+    cfg = compose_config(*[f"+recipe={RECIPE}", *extra])
+    rule = greedy_rule_scores(plan_for(cfg, home / "run-eval"), cfg.trainer.eval_limit)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    print("| seed | metric | step | wall min | eval reward |\n|---|---|---|---|---|")
+    for run in sorted(runs, key=lambda r: r.data.tags["agentrl.run_dir"]):
+        seed = run.data.tags["agentrl.run_dir"].rsplit("seed-", 1)[1]
+        for key, style in (("eval/reward", "-o"), ("eval_greedy/reward", "--x")):
+            points = sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)
+            minutes = [(m.timestamp - run.info.start_time) / 60000 for m in points]
+            ax.plot(minutes, [m.value for m in points], style, markersize=3,
+                    label=f"seed {seed} {'sampled' if key == 'eval/reward' else 'greedy-decoded'}")
+            for m, t in zip(points, minutes, strict=True):
+                print(f"| {seed} | {key} | {m.step} | {t:.1f} | {m.value:.3f} |")
+    ax.axhline(sum(rule) / len(rule), color="k", lw=1, ls=":", label=f"greedy rule {sum(rule) / len(rule):.3f}")
+    ax.set_xlabel("wall minutes since the run started (warm start reused)")
+    ax.set_ylabel(f"eval reward, {len(rule)} eval days")
+    ax.set_title(f"GRPO from the greedy rule's imitation ({' '.join(extra) or 'recipe defaults'})", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out)
+    print(f"\nwrote {args.out}")
+
+
 def main() -> None:
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("proof", choices=("start", "beat", "compare", "flagship", "temps"))
+    ap.add_argument("proof", choices=("start", "beat", "compare", "flagship", "temps", "curve"))
     ap.add_argument("--home", required=True, help="output root: the start, the runs, the MLflow store")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--losses", default="grpo,dr_grpo,dapo,gspo")
@@ -227,13 +270,14 @@ def main() -> None:
                     help="temps: sampling temperatures to evaluate at")
     ap.add_argument("--model", help="temps: the model folder (default: the flagship's warm start, made if missing)")
     ap.add_argument("--parent", help="compare: only print the table of this MLflow sweep parent's children")
+    ap.add_argument("--out", default="curve.png", help="curve: the PNG written")
     args = ap.parse_args(argv)
     print(f"# algorithms benchmark {time.strftime('%Y-%m-%d %H:%M')} load {os.getloadavg()[0]:.1f} "
           f"({args.proof}, overrides {extra})", flush=True)
     if args.proof == "start":
         print(start_path(Path(args.home), extra))
     else:
-        {"beat": beat, "compare": compare, "flagship": flagship, "temps": temps}[args.proof](args, extra)
+        {"beat": beat, "compare": compare, "flagship": flagship, "temps": temps, "curve": curve}[args.proof](args, extra)
 
 
 if __name__ == "__main__":
