@@ -13,11 +13,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from agentrl.tracking.limits import TAG_VALUE_CHARS
+
 log = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"  # PEFT's (agentrl.models.lora_folder; tracking imports no models)
 BASE_TAG = "agentrl.lora_base"
-_TAG_VALUE_CHARS = 5000
 
 
 def is_adapter(folder: Path) -> bool:
@@ -37,7 +38,7 @@ def log_adapter(client: Any, experiment_id: str, run_id: str, folder: Path, name
         log.warning("model %s not logged to MLflow: its %s is unreadable (%s)", folder, ADAPTER_CONFIG, err)
         return None
     base = str(config.get("base_model_name_or_path") or "")
-    tags = {"agentrl.model_dir": str(folder)[:_TAG_VALUE_CHARS], BASE_TAG: base[:_TAG_VALUE_CHARS],
+    tags = {"agentrl.model_dir": str(folder)[:TAG_VALUE_CHARS], BASE_TAG: base[:TAG_VALUE_CHARS],
             "agentrl.lora_rank": str(config.get("r")), "agentrl.lora_alpha": str(config.get("lora_alpha"))}
     logged = client.create_logged_model(experiment_id, name=name, source_run_id=run_id, tags=tags)
     try:

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.interrupts import held
+from agentrl.tracking.limits import TAG_VALUE_CHARS
 
 log = logging.getLogger(__name__)
-
-_TAG_VALUE_CHARS = 8000
 
 
 def log_hf_model(client: Any, tracking_uri: str, experiment_id: str, run_id: str, model_dir: Path,
@@ -37,7 +36,7 @@ def log_hf_model(client: Any, tracking_uri: str, experiment_id: str, run_id: str
     # Made here, in this run's experiment: the fluent API would put it in the process's active experiment.
     logged = client.create_logged_model(
         experiment_id, name=name, source_run_id=run_id,
-        tags={"agentrl.model_dir": str(model_dir)[:_TAG_VALUE_CHARS]})
+        tags={"agentrl.model_dir": str(model_dir)[:TAG_VALUE_CHARS]})
     try:
         # Objects, not the folder's path: MLflow 3.17's checkpoint-path route fails with transformers 5.
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", local_files_only=True)

@@ -14,6 +14,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from agentrl.tracking.limits import PARAMS_PER_BATCH
 from agentrl.tracking.liveness import Heartbeat, process_tags
 from agentrl.tracking.mlflow_tracker import (
     PARENT_RUN_ENV,
@@ -25,8 +26,6 @@ from agentrl.tracking.mlflow_tracker import (
 )
 from agentrl.tracking.run_names import short_keys
 from agentrl.tracking.sweep_summary import OBJECTIVE, best_child, children_of, columns, render, rows
-
-_PARAMS_PER_BATCH = 100
 
 
 def _parsed(overrides: list[str]) -> list[Any]:
@@ -125,5 +124,5 @@ class MLflowSweepCallback(Callback):
         client.set_tag(parent, "agentrl.sweep.best_run_id", best.run_id)
         client.set_tag(parent, "agentrl.sweep.best_run_name", best.name)
         params = [Param(k, v) for k, v in client.get_run(best.run_id).data.params.items()]
-        for i in range(0, len(params), _PARAMS_PER_BATCH):
-            client.log_batch(parent, params=params[i : i + _PARAMS_PER_BATCH])
+        for i in range(0, len(params), PARAMS_PER_BATCH):
+            client.log_batch(parent, params=params[i : i + PARAMS_PER_BATCH])

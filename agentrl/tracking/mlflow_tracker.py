@@ -19,6 +19,7 @@ from agentrl.config.logger import MLflowLoggerConfig
 from agentrl.interrupts import HeldCalls
 from agentrl.tracking.adapter_model import is_adapter, log_adapter
 from agentrl.tracking.hf_model import log_hf_model
+from agentrl.tracking.limits import METRICS_PER_BATCH, PARAM_VALUE_CHARS, PARAMS_PER_BATCH, TAG_VALUE_CHARS
 from agentrl.tracking.liveness import (
     FOUND_DEAD_TAG,
     DeadRun,
@@ -38,11 +39,6 @@ PARENT_RUN_ENV = "AGENTRL_MLFLOW_PARENT_RUN_ID"
 # The parent run's tag listing (JSON) the override keys a sweep fixes for all its jobs: their names leave them out.
 SWEEP_FIXED_KEYS_TAG = "agentrl.sweep.fixed_keys"
 SWEEP_JOB_TAG = "agentrl.sweep.job"  # a job's number in its sweep
-# MLflow's log-batch REST limits.
-_PARAMS_PER_BATCH = 100
-_METRICS_PER_BATCH = 1000
-_PARAM_VALUE_CHARS = 6000
-_TAG_VALUE_CHARS = 8000
 # MLflow 3's UI shows an experiment without this tag in GenAI mode ("Evaluations", traces); this value declares a
 # classic training experiment, so the UI opens on runs, metrics and charts. (Values the UI knows:
 # custom_model_development, genai_development, finetuning, regression, classification, forecasting.)
@@ -65,13 +61,13 @@ def flatten_params(node: Any, prefix: str = "") -> dict[str, str]:
         items = ((str(i), v) for i, v in enumerate(node))
     else:
         value = str(node)
-        return {prefix: value[:_PARAM_VALUE_CHARS]}
+        return {prefix: value[:PARAM_VALUE_CHARS]}
     for key, value in items:
         name = f"{prefix}/{key}" if prefix else str(key)
         if isinstance(value, (dict, list)) and value:
             out.update(flatten_params(value, name))
         else:
-            out[name] = str(value)[:_PARAM_VALUE_CHARS]
+            out[name] = str(value)[:PARAM_VALUE_CHARS]
     return out
 
 
@@ -219,14 +215,14 @@ class MLflowTracker:
         parent = os.environ.get(PARENT_RUN_ENV)
         tags: dict[str, str] = {f"choice.{g}": str(o) for g, o in sorted(choices.items()) if o is not None}
         tags.update(process_tags())
-        tags["hydra.overrides"] = " ".join(overrides or [])[:_TAG_VALUE_CHARS]
+        tags["hydra.overrides"] = " ".join(overrides or [])[:TAG_VALUE_CHARS]
         tags["agentrl.run_dir"] = str(run_dir)
         tags["agentrl.dry_run"] = str(bool(cfg.dry_run)).lower()
         commit = git_commit()
         if commit:
             tags["mlflow.source.git.commit"] = commit
         if cfg.get("description"):
-            tags[DESCRIPTION_TAG] = str(cfg.description)[:_TAG_VALUE_CHARS]
+            tags[DESCRIPTION_TAG] = str(cfg.description)[:TAG_VALUE_CHARS]
         if parent:
             tags["mlflow.parentRunId"] = parent
         if sweep_job is not None:
@@ -268,8 +264,8 @@ class MLflowTracker:
         from mlflow.entities import Param
 
         params = [Param(k, v) for k, v in flatten_params(container).items()]
-        for i in range(0, len(params), _PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=params[i : i + _PARAMS_PER_BATCH])
+        for i in range(0, len(params), PARAMS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=params[i : i + PARAMS_PER_BATCH])
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Log finite scalar metrics at `step`; non-finite values and steps a resumed run already logged are skipped."""
@@ -281,8 +277,8 @@ class MLflowTracker:
             for key, value in metrics.items()
             if value is not None and math.isfinite(float(value)) and step > self._logged_upto.get(key, -1)
         ]
-        for i in range(0, len(batch), _METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=batch[i : i + _METRICS_PER_BATCH])
+        for i in range(0, len(batch), METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=batch[i : i + METRICS_PER_BATCH])
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         """Upload a file or a folder's contents."""
@@ -317,7 +313,7 @@ class MLflowTracker:
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         for key, value in tags.items():
-            self.client.set_tag(self.run_id, key, str(value)[:_TAG_VALUE_CHARS])
+            self.client.set_tag(self.run_id, key, str(value)[:TAG_VALUE_CHARS])
 
     def log_datasets(self, datasets: list[DatasetRef]) -> None:
         """Record the env splits the run trains and evaluates on as its dataset inputs (context tag: the role)."""
