@@ -54,17 +54,30 @@ def data_key(bundle: Any) -> str:
     return "|".join(map(str, options.values())) if options else "None"
 
 
-def sft_checkpoint_path(run: RunConfig, settings: SFTSettings, bundle: Any, agent: Any = None) -> Path:
+def model_key(run: RunConfig) -> str:
+    """The base model as the SFT cache key names it: a folder under `paths.model_dir` (the locally built tiny
+    model, whose name holds its build settings) by that name, so a home that is moved or copied keeps its warm
+    starts; any other folder by its path, as given."""
+    try:
+        return Path(run.model.path).resolve().relative_to(Path(run.paths.model_dir).resolve()).as_posix()
+    except ValueError:
+        return str(run.model.path)
+
+
+def sft_checkpoint_path(run: RunConfig, settings: SFTSettings, bundle: Any, agent: Any = None, *,
+                        legacy: bool = False) -> Path:
     """Where the SFT result for these settings lives: reused by every run that asks for the same warm start.
 
-    The key holds the bundle, its data options, the train split, the base model, the seed, `SFT_SETTINGS`,
-    `generated` when set, and, for an agent that makes role demonstrations, its pattern and
+    The key holds the bundle, its data options, the train split, the base model (`model_key`), the seed,
+    `SFT_SETTINGS`, `generated` when set, and, for an agent that makes role demonstrations, its pattern and
     `demonstration_options()` (the folder name then says the pattern): two patterns never share a warm start.
     `run` is the plan's typed settings; `bundle` and `agent` are the plan's (no agent: a run without one).
+    `legacy`: the folder the key made before it named a model under `paths.model_dir` by its folder name (the
+    absolute path then), where warm starts made before that still sit.
     """
     env = run.env
-    parts = [env.bundle, data_key(bundle), env.train_split, run.model.path, run.seed,
-             *(getattr(settings, k) for k in SFT_SETTINGS)]
+    model = str(run.model.path) if legacy else model_key(run)
+    parts = [env.bundle, data_key(bundle), env.train_split, model, run.seed, *(getattr(settings, k) for k in SFT_SETTINGS)]
     if settings.generated:  # a later setting: keys without it keep the folder names cached before it
         parts.append(f"generated={settings.generated}")
     if run.model.dtype != "float32":  # likewise: float32 folders keep their names

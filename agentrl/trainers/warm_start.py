@@ -65,6 +65,10 @@ def warm_start_path(plan: Any, tracker: Any = None) -> str:
         _tag(tracker, ws.checkpoint, reused=True)
         return str(ws.checkpoint)
     path = sft_checkpoint_path(plan.settings, ws, plan.bundle, plan.agent)
+    if not is_model_folder(path):
+        legacy = sft_checkpoint_path(plan.settings, ws, plan.bundle, plan.agent, legacy=True)
+        if is_model_folder(legacy):  # made before the key named the tiny model by its folder name
+            path = legacy
     if is_model_folder(path):  # a full model, or under model.lora an adapter folder
         print(f"warm start: reusing {path}", flush=True)
         _tag(tracker, path, reused=True)

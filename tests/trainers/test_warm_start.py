@@ -4,6 +4,7 @@ keys and logs its model."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,28 @@ def test_sft_fit_returns_the_closing_keys_and_logs_its_model(tmp_path: Path, cap
     assert tracker.models == [trainer.output_dir]
     out = capsys.readouterr().out
     assert "step 2 eval/reward" in out and "step 2 eval_greedy/reward" in out
+
+
+def test_a_moved_home_keeps_its_warm_starts_and_one_keyed_by_the_old_path_is_still_found(tmp_path: Path) -> None:
+    from agentrl.trainers.sft import model_key, sft_checkpoint_path
+    from agentrl.trainers.warm_start import warm_start_path
+
+    flagship = ("+recipe=gridsim_grpo", *SMALL)
+    a, b = (_plan(tmp_path / home, *flagship) for home in ("a", "b"))
+    key_a, key_b = (sft_checkpoint_path(p.settings, p.settings.trainer.warm_start, p.bundle, p.agent) for p in (a, b))
+    assert key_a.parent != key_b.parent and key_a.name == key_b.name  # the tiny model named by its folder name
+    # The key before: the tiny model's absolute path, which differs between the two homes.
+    legacy = sft_checkpoint_path(b.settings, b.settings.trainer.warm_start, b.bundle, b.agent, legacy=True)
+    assert legacy.parent == key_b.parent and legacy.name != key_b.name
+    legacy.mkdir(parents=True)
+    (legacy / "config.json").write_text("{}")
+    tracker = _Tracker()
+    assert warm_start_path(b, tracker) == str(legacy)  # found, not made again
+    assert tracker.tags == {"agentrl.warm_start": str(legacy), "agentrl.warm_start.reused": "true"}
+    key_b.mkdir(parents=True)  # a folder under the new key wins
+    (key_b / "config.json").write_text("{}")
+    assert warm_start_path(b, _Tracker()) == str(key_b)
+    # A model outside paths.model_dir keeps its path in the key: two such folders never share a warm start.
+    run = b.settings
+    assert model_key(run) == Path(run.model.path).name
+    assert model_key(replace(run, model=replace(run.model, path=str(tmp_path / "m1")))) == str(tmp_path / "m1")
