@@ -99,6 +99,12 @@ def run_eval(cfg: DictConfig) -> float | None:
         raise SystemExit(f"agentrl eval: eval.split={split}: bundle {plan.bundle.name} has no such split; it has "
                          f"{sorted(plan.bundle.splits())}")
     model = model_folder(plan, e.model, tracker.tracking_uri)
+    from agentrl.trainers.policies import plan_policies  # torch loads only once the plan is checked
+
+    try:  # roles with a model of their own play it here as in training (agent.roles.<i>.model)
+        policies = plan_policies(plan.settings.agent.role_list())
+    except FileNotFoundError as err:
+        raise SystemExit(f"agentrl eval: {err}") from None
     sampling = eval_sampling(plan, e.temperature)
     tasks = len(eval_indices(plan.bundle, split, e.limit))
     tracker.start(cfg, choices=choices, run_dir=run_dir, overrides=list(hydra_cfg.overrides.task))
@@ -109,11 +115,13 @@ def run_eval(cfg: DictConfig) -> float | None:
     print(f"evaluating   {model}\non           {choices.get('env')} ({bundle.name}) split {split}: {tasks} tasks x "
           f"{e.samples} samples, agent {choices.get('agent')}, inference {choices.get('inference')}\n"
           f"sampling     {sampling.request_kwargs()}", flush=True)
+    for policy in policies:
+        print(f"role model   {', '.join(policy.roles)}: {policy.source}", flush=True)
     status, metrics, sink = "FAILED", {}, EvalSink(tracker, run_dir)
     from agentrl.trainers.services import start_services  # torch loads only once the plan is checked
 
     try:
-        services = start_services(plan, model)
+        services = start_services(plan, model, policies)
         try:
             with tqdm(total=tasks, desc="eval", unit="task", dynamic_ncols=True) as bar:
                 metrics, _ = evaluate(services, bundle, split, limit=e.limit, sampling=sampling,

@@ -96,3 +96,20 @@ def test_eval_command_then_compare(tmp_path: Path) -> None:
     assert both.returncode == 0, both.stderr[-3000:]
     assert "A - B, paired by task:" in both.stdout and "n 3:" in both.stdout
     assert "(eval-step-1.jsonl)" in both.stdout and "duration_h=" in both.stdout
+
+
+@pytest.mark.slow
+def test_eval_plays_a_role_on_its_own_model_and_refuses_a_missing_one(tmp_path: Path) -> None:
+    from agentrl.models.tiny import ensure_tiny_model
+
+    # Training plays a role that names its own model on that model; an eval of the same config must too.
+    verifier = ensure_tiny_model(str(tmp_path / "verifier"), seed=1, vocab_size=1024, hidden_size=32, num_layers=1,
+                                 num_heads=2, num_kv_heads=1, intermediate_size=64)
+    args = ["eval", "env=arith", "agent=thinker_verifier", "reward=env_score", "agent.max_turns=2", "eval.limit=2",
+            *SHAPE]
+    ok = _cli([*args, f"agent.roles.1.model={verifier}"], tmp_path / "home")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert f"role model   verifier: {verifier}" in ok.stdout
+    bad = _cli([*args, f"agent.roles.1.model={tmp_path / 'missing'}"], tmp_path / "home")
+    assert bad.returncode != 0 and "agentrl eval: role 'verifier': model" in bad.stderr, bad.stderr[-2000:]
+    assert "Traceback" not in bad.stderr
