@@ -86,9 +86,7 @@ def average(parts: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> tuple[s
 
 def scored(records: Sequence[Mapping[str, Any]], score: str) -> list[dict[str, Any]]:
     """The records with each task's samples replaced by one sample holding the task's score under `score`
-    (`SCORERS`); "mean" leaves them as they are."""
-    if score == "mean":
-        return [dict(r) for r in records]
+    (`SCORERS`), which is then every later step's task score."""
     return [{**r, "samples": [{"score": SCORERS[score](r)}]} for r in records]
 
 
