@@ -101,10 +101,8 @@ def run_eval(cfg: DictConfig) -> float | None:
     model = model_folder(plan, e.model, tracker.tracking_uri)
     from agentrl.trainers.policies import plan_policies  # torch loads only once the plan is checked
 
-    try:  # roles with a model of their own play it here as in training (agent.roles.<i>.model)
-        policies = plan_policies(plan.settings.agent.role_list())
-    except FileNotFoundError as err:
-        raise SystemExit(f"agentrl eval: {err}") from None
+    # Roles with a model of their own play it here as in training (agent.roles.<i>.model; the plan checked it).
+    policies = plan_policies(plan.settings.agent.role_list())
     sampling = eval_sampling(plan, e.temperature)
     tasks = len(eval_indices(plan.bundle, split, e.limit))
     tracker.start(cfg, choices=choices, run_dir=run_dir, overrides=list(hydra_cfg.overrides.task))

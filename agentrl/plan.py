@@ -221,6 +221,12 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # Miles reads model.path on its own (GPU) machines and checks it there (`MilesTrainer.preflight`): a dry run
     # on a laptop must still print the command.
     notes = [] if trainer_cls.checks_model_itself else check_model(cfg)
+    from agentrl.trainers.policies import plan_policies
+
+    try:  # a role's own model (agent.roles.<i>.model) that is not there fails now, not when training starts
+        plan_policies(settings.agent.role_list())
+    except FileNotFoundError as exc:
+        raise PlanError(str(exc)) from exc
     resolve_target(cfg.inference, "inference")
     # SGLang needs a GPU: the command our engine would launch is shown (Miles launches its own: its report says).
     if isinstance(settings.inference, SGLangInferenceConfig) and not isinstance(settings.trainer, MilesTrainerConfig):

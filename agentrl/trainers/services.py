@@ -18,7 +18,7 @@ from typing import Any
 from agentrl.config.trainer import DependencyWatchConfig
 from agentrl.trainers.dependency import ENGINE_FAILURES, ENV_FAILURES, Breaker, Dependency
 from agentrl.trainers.failure_notes import FailureNotes
-from agentrl.trainers.policies import MAIN, Policy, routing, untrained_roles
+from agentrl.trainers.policies import MAIN, Policy, plan_policies, routing, untrained_roles
 from agentrl.trainers.rollout import RolloutRunner
 
 log = logging.getLogger(__name__)
@@ -87,14 +87,17 @@ def serve_env(bundle: Any, server: Any, *, sandbox: dict[str, Any]) -> tuple[str
     return start_server_in_thread(build_app(bundle, **options), server.host, server.port)
 
 
-def start_services(plan: Any, model_path: str, policies: Sequence[Policy] = ()) -> RolloutServices:
+def start_services(plan: Any, model_path: str, policies: Sequence[Policy] | None = None) -> RolloutServices:
     """Start the engine on `model_path` (the shared policy, `main`), a session server over it, and the env server
     (unless env.server.url). Every other policy in `policies` that is a model folder gets its own engine (on
-    `policy.path`) and session server.
+    `policy.path`) and session server. `policies` None: the plan's own (`agent.roles.<i>.model`), so that every
+    play of a run (SFT evals and warm-start evals too) puts each role on the model training gives it.
 
     Everything comes from the plan: its engine factory, its bundle, agent and reward, and its typed settings.
     """
     settings = plan.settings
+    if policies is None:
+        policies = plan_policies(settings.agent.role_list())
     server, inference = settings.env.server, settings.inference
     session_options = {"default_max_tokens": settings.agent.max_response_tokens,
                        "tool_format": settings.model.tool_format, "max_body_bytes": inference.max_body_bytes}
