@@ -64,6 +64,9 @@ class GridSimEnvConfig(EnvConfig):
     bundle: str = "gridsim"
     # full: the natural-language prompt for real LLMs; compact: the same facts in a few dozen tokens.
     prompt_style: str = "full"
+    # > 0: a split `generated` of that many fresh train-like days (train dates, never an eval date), drawn on
+    # demand; env.train_split=generated trains RL on them instead of the 2,000 stored days.
+    generated_days: int = 0
 
 
 @dataclass

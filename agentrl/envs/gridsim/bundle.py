@@ -11,9 +11,10 @@ from agentrl.envs.task import TaskInfo
 from .battery import UNITS_PER_USD, Battery, greedy, optimum
 from .episode import GridSimEpisode, parse_day
 from .prompts import PROMPT_STYLES, TOOL_NAME, system_prompt, tool_schema, user_prompt
-from .tasks import DURATIONS, EFFICIENCIES, POWERS, cents_of, generated_task
+from .tasks import DURATIONS, EFFICIENCIES, GENERATED_SPLIT_STREAM, POWERS, cents_of, generated_task
 
 TEACHERS = ("optimal", "greedy")
+GENERATED = "generated"  # the split of env.generated_days fresh train-like days
 # Public facts a TaskInfo may carry; everything else in a record (optimum, greedy) stays hidden.
 _PUBLIC = ("date", "weekday", "season", "settlement_point")
 
@@ -22,15 +23,20 @@ class GridSimBundle(FolderBundle):
     """GridSim v1: one battery, one day of day-ahead prices, graded against the exact optimum."""
 
     inline_episodes = True  # pure computation of microseconds: no worker thread needed
-    OPTIONS = {"prompt_style": "full"}
-    DATA_OPTIONS = ("prompt_style",)
+    OPTIONS = {"prompt_style": "full", "generated_days": 0}
+    DATA_OPTIONS = ("prompt_style", "generated_days")
     teachers = TEACHERS
     # The scores an episode reports (reward=rubric checks a Score's name against them when the plan is built).
     score_names = ("grade",)
     eval_breakdown = {"duration_h": "reward_{}h"}  # a battery's hours of storage: 1h, 2h, 4h
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, folder: Any, manifest: dict[str, Any], **kwargs: Any) -> None:
+        days = kwargs.get("generated_days", 0)
+        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+            raise ValueError(f"gridsim generated_days (env.generated_days) must be a whole number >= 0, got {days!r}")
+        if days:  # a split made on demand: no file, `generated_task` draws its day `index` when asked
+            manifest = {**manifest, "splits": {**manifest["splits"], GENERATED: {"count": days}}}
+        super().__init__(folder, manifest, **kwargs)
         style = self.options["prompt_style"]
         if style not in PROMPT_STYLES:
             raise ValueError(f"gridsim prompt_style must be one of {PROMPT_STYLES}, not {style!r}")
@@ -38,7 +44,28 @@ class GridSimBundle(FolderBundle):
         self._infos: dict[tuple[str, int], TaskInfo] = {}
         self._days: dict[tuple[str, int], tuple] = {}
 
+    def data_options(self) -> dict[str, Any]:
+        return _without_no_split(super().data_options())
+
+    def spec(self) -> dict[str, Any]:
+        return _without_no_split(super().spec())
+
+    def rows(self, split: str) -> list[dict[str, Any]]:
+        if split == GENERATED and GENERATED in self.splits() and split not in self._rows:
+            self._rows[split] = [generated_task(i, GENERATED_SPLIT_STREAM) for i in range(self.splits()[split])]
+        return super().rows(split)
+
+    def row(self, split: str, index: int) -> dict[str, Any]:
+        if split != GENERATED or GENERATED not in self.splits() or split in self._rows:
+            return super().row(split, index)
+        count = self.splits()[split]
+        if not isinstance(index, int) or not 0 <= index < count:
+            raise IndexError(f"bundle {self.name!r} split {split!r} has no task {index!r} (0..{count - 1})")
+        return generated_task(index, GENERATED_SPLIT_STREAM)  # ~0.1 ms: drawn when asked, never all at once
+
     def task_info(self, split: str, index: int) -> TaskInfo:
+        if split == GENERATED:  # not kept: a long run plays many thousands of them once each
+            return _info_of(self.row(split, index), split, index)
         key = (split, index)
         info = self._infos.get(key)
         if info is None:
@@ -49,8 +76,9 @@ class GridSimBundle(FolderBundle):
         record, info = self.row(split, index), self.task_info(split, index)
         cached = self._days.get((split, index))
         if cached is None:
-            day, prompt = parse_day(record), user_prompt(record, self.prompt_style)
-            cached = self._days[(split, index)] = (day, prompt)
+            cached = (parse_day(record), user_prompt(record, self.prompt_style))
+            if split != GENERATED:
+                self._days[(split, index)] = cached
         return GridSimEpisode(record, info, self.prompt_style, *cached)
 
     def demonstration(self, split: str, index: int, teacher: str) -> list[dict[str, Any]]:
@@ -104,6 +132,12 @@ class GridSimBundle(FolderBundle):
     @property
     def tools(self) -> list[dict[str, Any]]:
         return [tool_schema(self.prompt_style)]
+
+
+def _without_no_split(options: dict[str, Any]) -> dict[str, Any]:
+    """`options` without `generated_days` when it is 0: a bundle without the split keeps the data key (SFT caches)
+    and the spec (env servers of an older agentrl) it always had."""
+    return {k: v for k, v in options.items() if k != "generated_days" or v}
 
 
 def _info_of(record: dict[str, Any], split: str, index: int) -> TaskInfo:

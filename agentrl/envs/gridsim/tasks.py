@@ -23,6 +23,9 @@ FIRST_DATE, LAST_DATE = dt.date(2023, 1, 1), dt.date(2025, 12, 31)
 N_EVAL_DATES = 200
 DATE_PERMUTATION_SEED = 20240101
 MAX_TRIES = 100
+# The stream of the bundle's `generated` split (env.generated_days): a key no SFT stream uses (those are keyed by
+# the run's seed), so RL on it plays days the warm start never saw.
+GENERATED_SPLIT_STREAM = 1_000_003
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
