@@ -224,7 +224,8 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     from agentrl.trainers.policies import plan_policies
 
     try:  # a role's own model (agent.roles.<i>.model) that is not there fails now, not when training starts
-        plan_policies(settings.agent.role_list())
+        if not trainer_cls.checks_model_itself:  # (Miles: on its own machines, as model.path)
+            plan_policies(settings.agent.role_list())
     except FileNotFoundError as exc:
         raise PlanError(str(exc)) from exc
     resolve_target(cfg.inference, "inference")
