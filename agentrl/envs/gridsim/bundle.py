@@ -15,6 +15,8 @@ from .tasks import DURATIONS, EFFICIENCIES, GENERATED_SPLIT_STREAM, POWERS, cent
 
 TEACHERS = ("optimal", "greedy")
 GENERATED = "generated"  # the split of env.generated_days fresh train-like days
+# Trainers shuffle a split's indices (`RowStream`): 10 million is ~80 MB of them, far more days than a run plays.
+MAX_GENERATED_DAYS = 10_000_000
 # Public facts a TaskInfo may carry; everything else in a record (optimum, greedy) stays hidden.
 _PUBLIC = ("date", "weekday", "season", "settlement_point")
 
@@ -32,8 +34,9 @@ class GridSimBundle(FolderBundle):
 
     def __init__(self, folder: Any, manifest: dict[str, Any], **kwargs: Any) -> None:
         days = kwargs.get("generated_days", 0)
-        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
-            raise ValueError(f"gridsim generated_days (env.generated_days) must be a whole number >= 0, got {days!r}")
+        if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days <= MAX_GENERATED_DAYS:
+            raise ValueError(f"gridsim generated_days (env.generated_days) must be a whole number from 0 to "
+                             f"{MAX_GENERATED_DAYS:,}, got {days!r}")
         if days:  # a split made on demand: no file, `generated_task` draws its day `index` when asked
             manifest = {**manifest, "splits": {**manifest["splits"], GENERATED: {"count": days}}}
         super().__init__(folder, manifest, **kwargs)
