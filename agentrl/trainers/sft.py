@@ -35,7 +35,6 @@ from agentrl.trainers.eval_results import EvalSink
 from agentrl.trainers.evaluate import evaluate
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 from agentrl.trainers.lora import trainable_parameters
-from agentrl.trainers.policies import plan_policies
 from agentrl.trainers.protocol import TrainerBase
 
 log = logging.getLogger(__name__)
@@ -192,8 +191,6 @@ class SFTTrainer(TrainerBase):
         t: SFTTrainerConfig = plan.settings.trainer
         self.output_dir = Path(t.output_dir) if t.output_dir else \
             sft_checkpoint_path(plan.settings, t, plan.bundle, plan.agent)
-        # Roles with a model of their own play it in the evals; a missing one fails here, before training.
-        self.policies = plan_policies(plan.settings.agent.role_list())
 
     def fit(self) -> dict[str, float]:
         """Train, then play the eval split sampled and greedy-decoded; returns the metrics, among them
@@ -205,7 +202,7 @@ class SFTTrainer(TrainerBase):
         set_threads(run)
         metrics = run_sft(plan, self.output_dir, t, eval_every=t.eval_every, tracker=self.tracker)
         started = time.monotonic()
-        services = start_services(plan, str(self.output_dir), self.policies)
+        services = start_services(plan, str(self.output_dir))  # roles with their own model play it
         services.runner.traces = self.tracker  # every eval play is traced, as under GRPO
         sink = EvalSink(self.tracker, Path(plan.run_dir))  # evals/eval-step-<n>.jsonl, as GRPO's
         try:

@@ -70,7 +70,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from agentrl.devices import set_threads
-    from agentrl.trainers.evaluate import evaluate, play_tasks
+    from agentrl.trainers.evaluate import evaluate, outcome_of, play_tasks
     from agentrl.trainers.rollout import make_row
     from agentrl.trainers.services import start_services
     from agentrl.trainers.sft import save_hf_folder, train_sft
@@ -115,8 +115,6 @@ def main() -> None:
                                  seed_parts=(args.seed, "ei", rnd))
         finally:
             svc.close()
-        from agentrl.trainers.evaluate import outcome_of
-
         scores = [outcome_of(p).score for plays in per_row for p in plays]
         found = best_per_day(per_row, indices)
         improved = 0
