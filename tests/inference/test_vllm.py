@@ -149,26 +149,31 @@ def test_a_kept_push_lands_inside_a_running_reply(served, models) -> None:
     prompt = _prompt(served)
     n = 1024 - len(prompt) - 8  # long replies (EOS ignored), a batch of them: the push lands while they run
 
-    async def play(delay: float):
-        replies = [asyncio.create_task(served.generate(prompt, max_tokens=n, temperature=0.0, ignore_eos=True))
-                   for _ in range(16)]
+    async def play(replies: int, delay: float):
+        running = [asyncio.create_task(served.generate(prompt, max_tokens=n, temperature=0.0, ignore_eos=True))
+                   for _ in range(replies)]
         await asyncio.sleep(delay)
         version = await asyncio.to_thread(served.update_weights, _state(models["b"]), mode="keep")
-        return await asyncio.gather(*replies), version
+        return await asyncio.gather(*running), version
 
-    # When a reply is under way cannot be seen from outside, and how fast it runs depends on the box: pushes at
-    # several delays, until one lands inside replies (too early, every token is the new version's; too late, none).
-    # On a loaded box the replies can take seconds to start (a local CI run beside two GRPO jobs: every delay up to
-    # 5 s came too early), hence the long ones last.
-    for delay in (0.3, 0.1, 0.8, 0.03, 2.0, 5.0, 10.0, 20.0):
+    # When a reply is under way cannot be seen from outside, and how fast it runs depends on the box: on a busy
+    # one the replies can take seconds to start, and on a throttled VM every process on it (this one included)
+    # can stall for seconds while the server decodes, so a batch can start and finish inside one stall. Each
+    # try reads its outcome and moves: a push too early (every token the new version's) waits longer next time;
+    # one too late (none) gets twice the replies, so the decoding outlasts the stalls, and pushes sooner.
+    replies, delay, outcomes = 16, 0.3, []
+    for _ in range(10):
         served.update_weights(models["a"])
         before = served.weight_version
-        done, version = asyncio.run(play(delay))
+        done, version = asyncio.run(play(replies, delay))
         split = [d for d in done if d.token_versions]
         if split:
             break
+        early = all(d.weight_version == version for d in done)
+        outcomes.append(f"{replies} replies, push after {delay:.2f} s: too {'early' if early else 'late'}")
+        replies, delay = (replies, delay * 2) if early else (min(2 * replies, 256), delay / 2)
     else:
-        raise AssertionError("no push landed inside a running reply")
+        raise AssertionError("no push landed inside a running reply: " + "; ".join(outcomes))
     assert version == before + 1 == served.weight_version
     assert httpx.get(f"{served.urls[0]}/weight_info", trust_env=False).json()["weight_version"] == str(version)
     for d in done:  # every reply whole, its tokens of the two versions only, the old ones first
