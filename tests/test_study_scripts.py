@@ -3,6 +3,7 @@ breaks one (a helper moved between modules) would otherwise surface only in the 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,3 +49,34 @@ def test_self_play_eval_cache_keys_the_weights(tmp_path: Path, monkeypatch: pyte
     redone = self_play.cached(tmp_path, f"{self_play.stamped(str(model))}|sampled", play, "three")
     assert calls == ["one", "three"] and redone[0] == {"eval/reward": 2.0}
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_gridsim_cycles_profiles_the_rule_and_the_optimum() -> None:
+    """gridsim_cycles.py (RESULTS, proof 1's ceiling): the greedy rule never sells more than one cycle and sits at
+    the best single cycle only on some days; the optimum cycles more than once on some 1 h days and is always at
+    or above that ceiling."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "studies"))
+    import gridsim_cycles
+
+    from agentrl.envs.bundles import load_bundle
+    from agentrl.envs.gridsim.baselines import baseline_scores
+
+    rows = {("eval", i): row for i, row in enumerate(load_bundle("gridsim").rows("eval")[:60])}
+
+    def records(policy: str, schedule_key: str) -> list[dict]:
+        return [{"task_id": f"t{i}", "split": "eval", "index": i, "samples": [
+            {"score": baseline_scores(row)[policy],
+             "answer": "submit_schedule " + json.dumps({"schedule": row[schedule_key]})},
+            {"score": 0.0, "answer": "submit_schedule {\"schedule\": [2]}"}]}  # not a schedule
+            for (_, i), row in rows.items()]
+
+    rule = gridsim_cycles.profile(records("greedy", "greedy_schedule"), rows)
+    best = gridsim_cycles.profile(records("optimum", "optimal_schedule"), rows)
+    for prof in (rule, best):
+        assert prof["all"]["samples"] == 120 and prof["all"]["unparsed"] == 0.5
+    assert rule["all"]["more"] == 0 and 0 < rule["all"]["at_ceiling"] < 0.5
+    assert best["1h"]["more"] > 0.2 and best["all"]["at_ceiling"] == 0.5  # every optimum, no unparsed sample
+    assert best["all"]["more_score"] == 1.0
+    assert rule["all"]["ceiling"] == best["all"]["ceiling"] < 1.0
+    with pytest.raises(ValueError, match="no stored GridSim day"):
+        gridsim_cycles.profile([{"task_id": "x", "split": "eval", "index": 10**6, "samples": []}], rows)
