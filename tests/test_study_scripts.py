@@ -51,11 +51,11 @@ def test_self_play_eval_cache_keys_the_weights(tmp_path: Path, monkeypatch: pyte
     assert not list(tmp_path.glob("*.partial"))
 
 
-def test_gridsim_cycles_profiles_the_rule_and_the_optimum() -> None:
+def test_gridsim_cycles_profiles_the_rule_and_the_optimum(monkeypatch: pytest.MonkeyPatch) -> None:
     """gridsim_cycles.py (RESULTS, proof 1's ceiling): the greedy rule never sells more than one cycle and sits at
     the best single cycle only on some days; the optimum cycles more than once on some 1 h days and is always at
     or above that ceiling."""
-    sys.path.insert(0, str(ROOT / "benchmarks" / "studies"))
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "studies"))
     import gridsim_cycles
 
     from agentrl.envs.bundles import load_bundle

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agentrl.trainers.eval_results import read_results  # noqa: E402
+from agentrl.envs.gridsim.battery import HOURS
+from agentrl.trainers.eval_results import read_results
 
 SHAPES = ("none", "part", "one", "more")  # hours sold: 0, 1..D-1, D, > D
 
@@ -32,7 +31,7 @@ def schedule_of(answer: Any) -> list[int] | None:
         schedule = json.loads(rest).get("schedule")
     except (ValueError, AttributeError):
         return None
-    ok = isinstance(schedule, list) and len(schedule) == 24 and all(x in (-1, 0, 1) for x in schedule)
+    ok = isinstance(schedule, list) and len(schedule) == HOURS and all(x in (-1, 0, 1) for x in schedule)
     return schedule if ok else None
 
 
