@@ -18,6 +18,7 @@ import argparse
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -239,7 +240,9 @@ def curve(args: argparse.Namespace, extra: list[str]) -> None:
     ax.axhline(sum(rule) / len(rule), color="k", lw=1, ls=":", label=f"greedy rule {sum(rule) / len(rule):.3f}")
     ax.set_xlabel("wall minutes since the run started (warm start reused)")
     ax.set_ylabel(f"eval reward, {len(rule)} eval days")
-    ax.set_title(f"GRPO from the greedy rule's imitation ({' '.join(extra) or 'recipe defaults'})", fontsize=8)
+    # long override lists ran off the figure's edge: wrap them
+    title = f"GRPO from the greedy rule's imitation ({' '.join(extra) or 'recipe defaults'})"
+    ax.set_title("\n".join(textwrap.wrap(title, 110)), fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
