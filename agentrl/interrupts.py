@@ -14,6 +14,9 @@ So a signal is deferred in two kinds of section, and raised as usual everywhere 
   step), after a line on stderr saying so.
 A second signal while one is deferred is raised at once (a user pressing Ctrl-C twice means it; a second SIGTERM
 kills the process at once).
+A signal raised at once can still be lost: Python prints and ignores an exception raised inside a weakref callback
+or a `__del__` (a garbage collection that runs SQLAlchemy's registry cleanup, say), and the run goes on. So a
+raised signal is remembered, and a training loop that still reaches a `stop_point()` raises it again.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -36,6 +40,7 @@ class Terminated(KeyboardInterrupt):
 # sections open on the main thread: held() ("write") and between_steps() ("loop")
 _open = {"write": 0, "loop": 0}
 _pending: int | None = None  # the signal that arrived inside one
+_raised: int | None = None  # the last signal raised at once: if a stop point is reached after it, it was swallowed
 
 _NAMES = {signal.SIGINT: ("Ctrl-C", "press Ctrl-C again"), signal.SIGTERM: ("SIGTERM", "a second SIGTERM")}
 
@@ -47,7 +52,7 @@ def _raise(signum: int) -> None:
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    global _pending
+    global _pending, _raised
     if signum == signal.SIGTERM:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once, mid-cleanup
     if any(_open.values()) and _pending is None:
@@ -57,6 +62,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
             # os.write, not print: the handler may run inside a print to the same stream
             os.write(2, f"\nagentrl: {name}: stopping at the end of this step ({again} stops it now)\n".encode())
         return
+    _raised = signum
     _raise(signum)
 
 
@@ -70,10 +76,21 @@ def install() -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
+    if getattr(sys.unraisablehook, "__name__", "") != _quiet_swallowed.__name__:
+        _quiet_swallowed.previous = sys.unraisablehook  # type: ignore[attr-defined]
+        sys.unraisablehook = _quiet_swallowed
+
+
+def _quiet_swallowed(unraisable: Any) -> None:
+    """Python's report of an exception it had to ignore, less our own signals': those are raised again at the
+    next stop point (`_raise_swallowed`), and their traceback through a library's cleanup would only alarm."""
+    if _raised is not None and isinstance(unraisable.exc_value, KeyboardInterrupt):
+        return
+    _quiet_swallowed.previous(unraisable)  # type: ignore[attr-defined]
 
 
 def _raise_pending() -> None:
-    global _pending
+    global _pending, _raised
     if _pending is not None:
         signum, _pending = _pending, None
         _raise(signum)
@@ -113,6 +130,16 @@ def stop_point() -> None:
     """Where a training loop may stop: raises the Ctrl-C or SIGTERM that arrived since, if any."""
     if _main_thread() and not _open["write"]:
         _raise_pending()
+        _raise_swallowed()
+
+
+def _raise_swallowed() -> None:
+    global _raised
+    if _raised is not None:
+        signum, _raised = _raised, None
+        name = _NAMES.get(signum, (f"signal {signum}",))[0]
+        os.write(2, f"\nagentrl: {name} was swallowed by a library's cleanup code; stopping here\n".encode())
+        _raise(signum)
 
 
 class HeldCalls:

@@ -166,3 +166,56 @@ def test_a_signal_in_the_last_step_is_raised_when_the_loop_ends() -> None:
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
                           preexec_fn=_sigint_default)
     assert done.stdout.split("\n")[:2] == ["the step ran to its end", "raised at the loop's end"], done.stderr
+
+
+def test_a_signal_swallowed_by_a_weakref_callback_is_raised_again_at_the_next_stop_point() -> None:
+    # Python prints and ignores an exception raised inside a weakref callback (SQLAlchemy's registry cleanup, run by
+    # a garbage collection, swallowed a Ctrl-C this way before a warm start's loop, which then trained on for good).
+    script = textwrap.dedent("""
+        import os, signal, weakref
+        from agentrl.interrupts import between_steps, install, stop_point
+        install()
+        class Thing:
+            pass
+        def cleanup(ref):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):
+                pass
+        thing = Thing()
+        ref = weakref.ref(thing, cleanup)
+        del thing                     # the callback runs here, receives the signal, and Python ignores it
+        print("went on after the callback")
+        done = []
+        try:
+            with between_steps():
+                for step in range(3):
+                    stop_point()
+                    done.append(step)
+        except KeyboardInterrupt:
+            print("raised at the stop point after steps", done)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_sigint_default)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:2] == ["went on after the callback", "raised at the stop point after steps []"], \
+        (done.stdout, done.stderr)
+    # the first line shows the swallowing really happened; Python's report of it is not printed (our own signal)
+    assert "agentrl: Ctrl-C was swallowed by a library's cleanup code; stopping here" in done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+
+
+def test_other_exceptions_a_callback_swallows_are_still_reported() -> None:
+    script = textwrap.dedent("""
+        import weakref
+        from agentrl.interrupts import install
+        install()
+        class Thing:
+            pass
+        def cleanup(ref):
+            raise ValueError("a real bug in a cleanup")
+        thing = Thing()
+        ref = weakref.ref(thing, cleanup)
+        del thing
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert "Exception ignored" in done.stderr and "ValueError: a real bug in a cleanup" in done.stderr, done.stderr

@@ -36,6 +36,7 @@ from agentrl.trainers.evaluate import evaluate
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 from agentrl.trainers.lora import trainable_parameters
 from agentrl.trainers.protocol import TrainerBase
+from agentrl.trainers.sft_state import clear_state, fingerprint, load_state, save_state, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +152,10 @@ def save_hf_folder(model: Any, tokenizer: Any, target: Path) -> Path:
 def train_sft(model: Any, tokenizer: Any, data: Sequence[tuple[list[int], list[int]]], *, steps: int, lr: float,
               batch_samples: int, warmup_steps: int, seed: int, on_step: Callable[[int, float], None] | None = None,
               on_eval: Callable[[int], None] | None = None, eval_every: int = 0,
-              weight_decay: float = 0.0) -> float:
-    """AdamW over `steps` batches drawn (seeded) from `data`; returns the last loss."""
+              weight_decay: float = 0.0, state: Path | None = None) -> float:
+    """AdamW over `steps` batches drawn (seeded) from `data`; returns the last loss. With a `state` folder, a
+    Ctrl-C or SIGTERM between steps saves the run there and a later call with the same settings and data
+    continues it (`sft_state.py`)."""
     if not data:
         raise ValueError("SFT has no demonstrations to train on")
     rng = random.Random(seed)
@@ -160,11 +163,34 @@ def train_sft(model: Any, tokenizer: Any, data: Sequence[tuple[list[int], list[i
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     sched = lr_schedule(opt, steps, warmup_steps)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    start, key = 0, ""
+    if state is not None:
+        key = fingerprint(model, data, {"steps": steps, "lr": lr, "batch_samples": batch_samples, "seed": seed,
+                                        "warmup_steps": warmup_steps, "weight_decay": weight_decay})
+        start = load_state(state, key=key, steps=steps, model=model, optimizer=opt, scheduler=sched, rng=rng)
+        if start:
+            print(f"SFT: continuing a stopped run from step {start}/{steps} (its state: {state})", flush=True)
+
+    def stop_here(done: int) -> None:
+        """Stop here if a signal came; keep the state of the `done` finished steps first."""
+        try:
+            stop_point()
+        except KeyboardInterrupt:
+            if state is not None and done > 0:
+                try:
+                    save_state(state, step=done, key=key, model=model, optimizer=opt, scheduler=sched, rng=rng)
+                    print(f"\nSFT stopped after step {done}/{steps}; its state is in {state}: the same command "
+                          "continues it", flush=True)
+                except OSError as exc:
+                    print(f"\nSFT stopped after step {done}/{steps}; its state could not be saved to {state}: "
+                          f"{exc} (is the disk full?)", flush=True)
+            raise
+
     model.train()
     loss_value = float("nan")
     with between_steps():  # Ctrl-C and SIGTERM stop it between steps (agentrl/interrupts.py)
-        for step in range(steps):
-            stop_point()
+        for step in range(start, steps):
+            stop_here(step)
             batch = [data[rng.randrange(len(data))] for _ in range(batch_samples)]
             loss = sft_loss(model, batch, pad)
             opt.zero_grad(set_to_none=True)
@@ -179,6 +205,7 @@ def train_sft(model: Any, tokenizer: Any, data: Sequence[tuple[list[int], list[i
                 model.eval()
                 on_eval(step + 1)
                 model.train()
+        stop_here(steps)  # a signal during the last step: the finished run is kept as a state too
     model.eval()
     return loss_value
 
@@ -262,7 +289,7 @@ def run_sft(plan: Any, output_dir: Path, settings: SFTSettings, *, eval_every: i
     def on_step(step: int, loss: float) -> None:
         last["loss"] = loss
         bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
-        bar.update(1)
+        bar.update(step - bar.n)  # a continued run starts past 0
         if step % max(1, steps // 10) == 0 or step == steps:  # the log file's progress: ten lines a run
             progress(f"SFT step {step}/{steps}: loss {loss:.4f}")
         if tracker is not None and (step % 10 == 0 or step == steps):
@@ -272,8 +299,10 @@ def run_sft(plan: Any, output_dir: Path, settings: SFTSettings, *, eval_every: i
         if tracker is None:
             return
         eval_started = time.monotonic()
-        save_hf_folder(model, tokenizer, output_dir)
-        services = start_services(plan, str(output_dir))
+        # not the output folder: a run stopped after this eval would leave a half-trained model under the name
+        # every later warm start with these settings reuses as finished
+        save_hf_folder(model, tokenizer, eval_dir)
+        services = start_services(plan, str(eval_dir))
         services.runner.traces = tracker
         try:
             m, _ = evaluate(services, plan.bundle, run.env.eval_split, limit=run.trainer.eval_limit,
@@ -284,11 +313,17 @@ def run_sft(plan: Any, output_dir: Path, settings: SFTSettings, *, eval_every: i
         tracker.log(m, step=step_offset + step)
         last["eval_s"] += time.monotonic() - eval_started
 
-    train_sft(model, tokenizer, data, steps=steps, lr=settings.lr, batch_samples=settings.batch_samples,
-              warmup_steps=settings.warmup_steps, weight_decay=settings.weight_decay, seed=run.seed,
-              on_step=on_step, on_eval=on_eval, eval_every=eval_every)
-    bar.close()
+    eval_dir = Path(output_dir).with_name(f"{Path(output_dir).name}.eval")
+    state = state_dir(output_dir)
+    try:
+        train_sft(model, tokenizer, data, steps=steps, lr=settings.lr, batch_samples=settings.batch_samples,
+                  warmup_steps=settings.warmup_steps, weight_decay=settings.weight_decay, seed=run.seed,
+                  on_step=on_step, on_eval=on_eval, eval_every=eval_every, state=state)
+    finally:
+        bar.close()
+        shutil.rmtree(eval_dir, ignore_errors=True)
     save_hf_folder(model, tokenizer, output_dir)
+    clear_state(state)
     wall = time.monotonic() - started
     return {"sft/loss": last["loss"], "sft/train_s": wall, "time/train_total_s": wall - last["eval_s"],
             "time/eval_total_s": last["eval_s"]}
