@@ -93,6 +93,10 @@ def test_sft_evals_write_per_task_files(tmp_path: Path) -> None:
                                ("eval_greedy-step-2", "eval_greedy/reward", 2)):
         _check_eval_file(run, name, metric, step)
     _check_traces(run, {"eval": {"1", "2"}, "eval_greedy": {"2"}})
+    # the mid-run eval's model is a folder of its own, gone at the end; the output folder holds only the final model
+    sft = tmp_path / "home" / "outputs" / "checkpoints" / "sft"
+    assert [p.name for p in sft.iterdir()] == [p.name for p in sft.glob("gridsim-optimal-s2-*")], list(sft.iterdir())
+    assert len(list(sft.iterdir())) == 1
 
 
 class _Tracker:
