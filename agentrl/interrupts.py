@@ -90,7 +90,7 @@ def _quiet_swallowed(unraisable: Any) -> None:
 
 
 def _raise_pending() -> None:
-    global _pending, _raised
+    global _pending
     if _pending is not None:
         signum, _pending = _pending, None
         _raise(signum)
