@@ -109,14 +109,22 @@ def stopped_line(plan: Plan, run_id: str | None, overrides: list[str]) -> str | 
     during the warm start, or before the first `trainer.checkpoint_every`) or its trainer cannot resume."""
     if not run_id:
         return None
+    from agentrl.trainers.warm_start import stopped_sft_step
+
+    try:
+        sft_step = stopped_sft_step(plan)
+    except Exception:  # noqa: BLE001 - the closing block of a stopped run must not fail over a note
+        sft_step = None
+    sft = f"its SFT continues from step {sft_step}" if sft_step else ""
     kind = plan.trainer_cls.checkpoint_kind
     if kind is None:
-        return continue_line(overrides, run_id, resumable=False)
+        return continue_line(overrides, run_id, resumable=False, why=sft)
     from agentrl.trainers.resume import checkpoint_step, run_checkpoint
 
     folder = run_checkpoint(plan.settings, run_id, kind)
     if folder is None:
-        return continue_line(overrides, run_id, resumable=False, why="it stopped before its first checkpoint")
+        return continue_line(overrides, run_id, resumable=False,
+                             why="; ".join(filter(None, ["it stopped before its first checkpoint", sft])))
     return f"{continue_line(overrides, run_id, resumable=True)}  (from step {checkpoint_step(folder, kind)})"
 
 

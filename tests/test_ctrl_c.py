@@ -4,6 +4,7 @@ a closing block whose `resume it` line is a command that resumes (or, before any
 
 from __future__ import annotations
 
+import re
 import shlex
 import signal
 import subprocess
@@ -104,8 +105,10 @@ def test_ctrl_c_in_the_warm_start_says_to_run_it_again(tmp_path: Path) -> None:
     assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
     run = _only_run(home)
     assert run.info.status == "KILLED"
+    kept = re.search(r"SFT stopped after step (\d+)/100000", stopped.stdout)  # none when it stopped at step 0
+    note = f"; its SFT continues from step {kept.group(1)}" if kept else ""
     assert (f"rerun it      {shlex.join(['python', '-m', 'agentrl', *args])}  "
-            "(it stopped before its first checkpoint)") in stopped.stdout
+            f"(it stopped before its first checkpoint{note})") in stopped.stdout
     assert not list((home / "outputs" / "checkpoints").glob("*/*/step-*"))
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 STATE_FILE = "state.pt"
+STEP_FILE = "step"  # the state's step, readable without loading the state (the closing block names it)
 
 
 def state_dir(output_dir: str | Path) -> Path:
@@ -60,7 +61,16 @@ def save_state(folder: Path, *, step: int, key: str, model: Any, optimizer: torc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    (folder / STEP_FILE).write_text(str(step))
     return folder / STATE_FILE
+
+
+def saved_step(folder: Path) -> int | None:
+    """The step of the stopped SFT's state in `folder`, or None when there is none."""
+    try:
+        return int((folder / STEP_FILE).read_text()) if (folder / STATE_FILE).is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def load_state(folder: Path, *, key: str, steps: int, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any,

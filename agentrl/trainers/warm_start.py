@@ -85,6 +85,22 @@ def warm_start_path(plan: Any, tracker: Any = None) -> str:
     return str(path)
 
 
+def stopped_sft_step(plan: Any) -> int | None:
+    """The step a rerun's SFT (trainer=sft, or the warm start) continues from: a stopped SFT's saved state for the
+    folder this plan's SFT writes; None when the plan trains no SFT or none was kept."""
+    from agentrl.trainers.sft import sft_checkpoint_path
+    from agentrl.trainers.sft_state import saved_step, state_dir
+
+    t = plan.settings.trainer
+    if isinstance(t, SFTTrainerConfig):
+        out = Path(t.output_dir) if t.output_dir else sft_checkpoint_path(plan.settings, t, plan.bundle, plan.agent)
+    elif (ws := getattr(t, "warm_start", None)) is not None and ws.enabled and not ws.checkpoint:
+        out = sft_checkpoint_path(plan.settings, ws, plan.bundle, plan.agent)
+    else:
+        return None
+    return saved_step(state_dir(out))
+
+
 def _evaluate(plan: Any, path: Path, tracker: Any) -> dict[str, float]:
     """`warm_start/eval/*`: the warm start's model played on the eval split, sampled as the trainer samples; its
     per-task results go to `evals/warm_start-eval-step-<steps>.jsonl` and its plays to the run's traces."""

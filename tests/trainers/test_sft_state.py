@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import signal
 from pathlib import Path
 
@@ -117,3 +118,29 @@ def test_a_stop_before_the_first_step_keeps_nothing(setup, tmp_path: Path) -> No
     finally:
         interrupts._pending = None
     assert not (state / STATE_FILE).exists()
+
+
+@pytest.mark.parametrize(("trainer", "extra", "why"), [
+    ("grpo", [], "it stopped before its first checkpoint; its SFT continues from step 7"),
+    ("sft", [], "its SFT continues from step 7"),
+    ("grpo", ["trainer.warm_start.enabled=false"], "it stopped before its first checkpoint"),
+])
+def test_the_closing_block_says_from_which_step_the_rerun_s_sft_continues(trainer: str, extra: list[str], why: str,
+                                                                         tmp_path: Path) -> None:
+    from agentrl.plan import build_plan
+    from agentrl.run import stopped_line
+    from agentrl.testing.config import compose_config
+    from agentrl.trainers.sft import sft_checkpoint_path
+    from agentrl.trainers.sft_state import save_state
+
+    cfg = compose_config(f"trainer={trainer}", *extra, f"paths.output_root={tmp_path}")
+    plan = build_plan(cfg, choices={"trainer": trainer}, run_dir=tmp_path / "run")
+    t = plan.settings.trainer
+    settings = t if trainer == "sft" else t.warm_start
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    save_state(state_dir(sft_checkpoint_path(plan.settings, settings, plan.bundle, plan.agent)), step=7, key="k",
+               model=model, optimizer=opt, scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0),
+               rng=random.Random(0))
+    line = stopped_line(plan, "run0", ["trainer.steps=5"])
+    assert line == f"rerun it      python -m agentrl trainer.steps=5  ({why})"
