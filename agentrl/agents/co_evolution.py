@@ -29,6 +29,7 @@ from agentrl.agents.demos import (
     Demonstration,
     assistant,
     corrupt,
+    near_miss,
     split_transcript,
     teacher_answer,
     with_answer,
@@ -101,14 +102,17 @@ class CoEvolutionAgent:
         """What changes `demonstrations`: part of the SFT warm start's cache key."""
         s = self.settings
         return {"pattern": "co_evolution", "roles": {n: self.roles[n].prompt for n in ROLES},
-                "num_parallel": self.num_parallel, "candidates": s.candidates, "selection": s.selection}
+                "num_parallel": self.num_parallel, "candidates": s.candidates, "selection": s.selection,
+                # only when set: the warm starts made before the option keep their folders
+                **({"demo_candidates": s.demo_candidates} if s.demo_candidates != "far" else {})}
 
     def demonstrations(self, transcript: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                        rng: Any) -> list[Demonstration]:
         """The warm start's role turns for a bundle demonstration: the solver plays the teacher's turns; the
         rewriter, shown num_parallel candidates of which some are corrupted (worse) answers, and the selector,
         shown as many rewrites with the teacher's among them, answer with the teacher's turns (`selection:
-        judgment`: the selector names the teacher's rewrite). Candidates read as played answers do."""
+        judgment`: the selector names the teacher's rewrite). Candidates read as played answers do; the wrong
+        ones are `corrupt`ed, or `near_miss`es under `demo_candidates: near`."""
         system, task, turns = split_transcript(transcript)
         answer = teacher_answer(turns)
         wrong = corrupt(answer, rng) if answer is not None else None
@@ -116,9 +120,13 @@ class CoEvolutionAgent:
         if wrong is None:  # nothing to tell apart: the other roles would learn to copy a lone answer
             return out
 
+        def wrong_one() -> str:
+            near = near_miss(answer, rng) if self.settings.demo_candidates == "near" else None
+            return near or corrupt(answer, rng) or wrong
+
         def shown(keep: int) -> list[str]:
             """num_parallel played answers, `keep` of them the teacher's at random places, the rest corrupted."""
-            picks = [answer] * keep + [corrupt(answer, rng) or wrong for _ in range(self.num_parallel - keep)]
+            picks = [answer] * keep + [wrong_one() for _ in range(self.num_parallel - keep)]
             rng.shuffle(picks)
             return [played_answer(with_answer(turns, a)[-1]) for a in picks]
 

@@ -105,6 +105,47 @@ def corrupt(answer: str, rng: random.Random) -> str | None:
     return json.dumps(rng.choice(options)) if options else None
 
 
+def near_miss(answer: str, rng: random.Random) -> str | None:
+    """A different answer a small step from `answer`, the kind of mistake a model that nearly knows the task
+    makes: an integer moved by one or two, or a list of numbers (a GridSim schedule) with one or two local edits,
+    each an action moved an hour earlier or later into an idle neighbour hour, or a charge dropped together
+    with the first sell after it (a schedule stays feasible: its storage never leaves the range it had).
+    None when neither applies (an idle schedule)."""
+    number = to_number(answer)
+    if number is not None and number.denominator == 1:
+        return str(int(number) + rng.choice((-2, -1, 1, 2)))
+    try:
+        value = json.loads(answer)
+    except ValueError:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, int | float) for v in value):
+        return None
+    moved = list(value)
+    for _ in range(rng.randint(1, 2)):
+        shifts, drops = _local_edits(moved)
+        # a shifted hour is the commoner slip (a drop costs a whole cycle's hour): three times in four
+        edits = shifts if shifts and (not drops or rng.random() < 0.75) else drops
+        if edits:
+            moved = rng.choice(edits)
+    return json.dumps(moved) if moved != value else None
+
+
+def _local_edits(value: list) -> tuple[list[list], list[list]]:
+    """Every list one local edit away (see `near_miss`): (actions shifted an hour, charge/sell pairs dropped)."""
+    shifts = []
+    for t in range(len(value) - 1):
+        a, b = value[t], value[t + 1]
+        if a != b and 0 in (a, b):
+            shifts.append([*value[:t], b, a, *value[t + 2:]])
+    drops = []
+    for t, a in enumerate(value):
+        if a > 0:
+            sell = next((u for u in range(t + 1, len(value)) if value[u] < 0), None)
+            if sell is not None:
+                drops.append([0 if i in (t, sell) else v for i, v in enumerate(value)])
+    return shifts, drops
+
+
 def assistant(content: str) -> Message:
     """An assistant message with `content`."""
     return {"role": "assistant", "content": content}

@@ -77,6 +77,11 @@ class CoEvolutionAgentConfig(MultiRoleAgentConfig):
     # layout) or "before" it, so the prompt still ends like the solver's (a small warm-started model answers the
     # task it was trained on instead of continuing the candidates' text).
     candidates: str = "after"
+    # The wrong candidates the SFT warm start shows the rewriters and the selector: "far" (an answer reversed
+    # with its signs flipped, idle, or an integer moved by a quarter: told apart at a glance) or "near" (a local
+    # edit or two of the teacher's answer, `demos.near_miss`: the close mistakes a warm-started solver makes,
+    # so the rewriter learns to repair candidates and the selector to tell the right one from near misses).
+    demo_candidates: str = "far"
     roles: list[RoleConfig] = field(
         default_factory=lambda: [
             RoleConfig(name="solver", prompt="Solve the problem. End with \\boxed{answer}."),
@@ -99,6 +104,8 @@ class CoEvolutionAgentConfig(MultiRoleAgentConfig):
             raise ValueError(f"agent.candidates must be after or before, not {self.candidates!r}")
         if self.selection not in ("judgment", "answer"):
             raise ValueError(f"agent.selection must be judgment or answer, not {self.selection!r}")
+        if self.demo_candidates not in ("far", "near"):
+            raise ValueError(f"agent.demo_candidates must be far or near, not {self.demo_candidates!r}")
 
 
 @dataclass
