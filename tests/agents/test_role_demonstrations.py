@@ -19,7 +19,7 @@ import pytest
 from agentrl.agents.adversarial import AdversarialAgent
 from agentrl.agents.base import HttpSessionPool
 from agentrl.agents.co_evolution import CoEvolutionAgent
-from agentrl.agents.demos import Demonstration, corrupt, teacher_answer, with_answer
+from agentrl.agents.demos import Demonstration, corrupt, near_miss, teacher_answer, with_answer
 from agentrl.agents.thinker_verifier import ACCEPT, REJECT, ThinkerVerifierAgent
 from agentrl.rewards import EnvScore
 from agentrl.testing import Reply, ScriptedChat, tool_call
@@ -155,3 +155,57 @@ def test_answers_are_read_and_replaced_in_either_form(arith_bundle, gridsim_bund
     replaced = with_answer(call, wrong)
     assert len(replaced) == 1 and json.loads(replaced[0]["tool_calls"][0]["function"]["arguments"]) == \
         {"schedule": json.loads(wrong)}
+
+
+def test_near_misses_are_close_feasible_and_graded_below_the_teacher(arith_bundle, gridsim_bundle):
+    rng, worse = random.Random(0), 0
+    for index in range(40):
+        schedule = gridsim_bundle.row("train", index)["optimal_schedule"]
+        near = near_miss(json.dumps(schedule), rng)
+        if near is None:  # only an idle day has no local edit
+            assert not any(schedule)
+            continue
+        moved = json.loads(near)
+        assert moved != schedule and len(moved) == len(schedule)
+        assert sum(a != b for a, b in zip(moved, schedule, strict=True)) <= 4  # two edits of two hours at most
+        result = json.loads(gridsim_bundle.episode("train", index).call_tool("submit_schedule",
+                                                                             {"schedule": moved}).text)
+        assert result["feasible"] and result["reward"] <= 1.0
+        worse += result["reward"] < 1.0
+    assert worse >= 30  # a near miss is a mistake, not another optimum, on most days
+    assert near_miss("[0, 0, 0]", rng) is None
+    label = int(arith_bundle.row("train", 0)["label"])
+    assert {int(near_miss(str(label), random.Random(s))) - label for s in range(20)} == {-2, -1, 1, 2}
+
+
+def candidates_shown(demo: Demonstration) -> list[list[int]]:
+    """The schedules a rewriter's or selector's demonstration shows (`#### Solution i` then `name {json}`)."""
+    blocks = demo.messages[1]["content"].split("#### Solution ")[1:]
+    return [json.loads(b.split("\n", 1)[1].split("\n", 1)[0].split(" ", 1)[1])["schedule"] for b in blocks]
+
+
+@pytest.mark.parametrize("kind", ["far", "near"])
+def test_co_evolution_warm_start_shows_far_or_near_wrong_candidates(gridsim_bundle, kind):
+    agent = CoEvolutionAgent(num_parallel=4, max_turns=1, selection="answer", candidates="before",
+                             demo_candidates=kind)
+    rng, wrong = random.Random(2), []
+    for index in range(12):
+        schedule = gridsim_bundle.row("train", index)["optimal_schedule"]
+        _, rewriter, selector = agent.demonstrations(*task(gridsim_bundle, index), rng)
+        assert json.loads(teacher_answer(rewriter.messages[2:])) == schedule  # both roles still answer the teacher's
+        assert schedule in candidates_shown(selector)
+        wrong += [(schedule, c) for demo in (rewriter, selector) for c in candidates_shown(demo) if c != schedule]
+    far = [c for s, c in wrong if c in ([-v for v in reversed(s)], [0] * len(s))]
+    close = [c for s, c in wrong if sum(a != b for a, b in zip(s, c, strict=True)) <= 4]
+    assert len(wrong) > 20
+    if kind == "far":
+        assert len(far) == len(wrong) and len(close) < len(wrong) / 2
+    else:  # (a near miss of a one-hour battery's one cycle can be idle: dropped)
+        assert len(close) == len(wrong) and len(far) < len(wrong) / 4
+    # A warm start of near candidates is its own folder; the default keeps the folders made before the option.
+    assert ("demo_candidates" in agent.demonstration_options()) == (kind == "near")
+
+
+def test_co_evolution_refuses_an_unknown_demo_candidates():
+    with pytest.raises(ValueError, match="agent.demo_candidates must be far or near, not 'close'"):
+        CoEvolutionAgent(demo_candidates="close")
