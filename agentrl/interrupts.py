@@ -16,7 +16,9 @@ A second signal while one is deferred is raised at once (a user pressing Ctrl-C 
 kills the process at once).
 A signal raised at once can still be lost: Python prints and ignores an exception raised inside a weakref callback
 or a `__del__` (a garbage collection that runs SQLAlchemy's registry cleanup, say), and the run goes on. So a
-raised signal is remembered, and a training loop that still reaches a `stop_point()` raises it again.
+raised signal is remembered, and a training loop that still reaches a `stop_point()` raises it again; an eval,
+which has no stop points, raises it at its next chunk of tasks (`swallowed_point()`) once Python reported it
+ignored.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Terminated(KeyboardInterrupt):
 _open = {"write": 0, "loop": 0}
 _pending: int | None = None  # the signal that arrived inside one
 _raised: int | None = None  # the last signal raised at once: if a stop point is reached after it, it was swallowed
+_swallowed: int | None = None  # that signal, once Python reported it ignored (sys.unraisablehook)
 
 _NAMES = {signal.SIGINT: ("Ctrl-C", "press Ctrl-C again"), signal.SIGTERM: ("SIGTERM", "a second SIGTERM")}
 
@@ -84,7 +87,9 @@ def install() -> None:
 def _quiet_swallowed(unraisable: Any) -> None:
     """Python's report of an exception it had to ignore, less our own signals': those are raised again at the
     next stop point (`_raise_swallowed`), and their traceback through a library's cleanup would only alarm."""
+    global _swallowed
     if _raised is not None and isinstance(unraisable.exc_value, KeyboardInterrupt):
+        _swallowed = _raised
         return
     _quiet_swallowed.previous(unraisable)  # type: ignore[attr-defined]
 
@@ -133,10 +138,17 @@ def stop_point() -> None:
         _raise_swallowed()
 
 
+def swallowed_point() -> None:
+    """Where work with no stop points of its own (an eval's chunks of tasks) may stop: raises a Ctrl-C or SIGTERM
+    that Python reported ignored in a library's cleanup; a deferred one still waits for its loop's stop point."""
+    if _main_thread() and not _open["write"] and _swallowed is not None:
+        _raise_swallowed()
+
+
 def _raise_swallowed() -> None:
-    global _raised
+    global _raised, _swallowed
     if _raised is not None:
-        signum, _raised = _raised, None
+        signum, _raised, _swallowed = _raised, None, None
         name = _NAMES.get(signum, (f"signal {signum}",))[0]
         os.write(2, f"\nagentrl: {name} was swallowed by a library's cleanup code; stopping here\n".encode())
         _raise(signum)

@@ -219,3 +219,71 @@ def test_other_exceptions_a_callback_swallows_are_still_reported() -> None:
     """)
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert "Exception ignored" in done.stderr and "ValueError: a real bug in a cleanup" in done.stderr, done.stderr
+
+
+SWALLOW = """
+    import os, signal, weakref
+    from agentrl.interrupts import install
+    install()
+    class Thing:
+        pass
+    def cleanup(ref):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10_000):
+            pass
+    thing = Thing()
+    ref = weakref.ref(thing, cleanup)
+    del thing                     # the callback runs here, receives the signal, and Python ignores it
+    print("went on after the callback")
+"""
+
+
+def test_an_eval_stops_at_its_next_chunk_after_a_swallowed_signal() -> None:
+    # `agentrl eval` has no training loop and so no stop point: a swallowed Ctrl-C let it play every task.
+    script = textwrap.dedent(SWALLOW) + textwrap.dedent("""
+        from agentrl.config.sampling import Sampling
+        from agentrl.trainers.evaluate import play_tasks
+        class Runner:
+            chunks = 0
+            async def play_rows(self, rows, samples, **kwargs):
+                Runner.chunks += 1
+                return []
+        class Services:
+            runner = Runner()
+        try:
+            play_tasks(Services(), [{}] * 10, samples=1, sampling=Sampling(1.0, 1.0, 0), seed_parts=(),
+                       chunk=2)
+            print("played every chunk:", Runner.chunks)
+        except KeyboardInterrupt:
+            print("stopped after chunks:", Runner.chunks)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_sigint_default)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:2] == ["went on after the callback", "stopped after chunks: 1"], \
+        (done.stdout, done.stderr)
+    assert "agentrl: Ctrl-C was swallowed by a library's cleanup code; stopping here" in done.stderr
+
+
+def test_a_deferred_signal_waits_for_its_stop_point_not_an_eval_chunk() -> None:
+    # A mid-run eval runs inside a training step: the step's promise ("stopping at the end of this step") holds.
+    script = textwrap.dedent("""
+        import os, signal
+        from agentrl.interrupts import between_steps, install, stop_point, swallowed_point
+        install()
+        try:
+            with between_steps():
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(10_000):
+                    pass
+                swallowed_point()
+                print("the eval chunk went on")
+                stop_point()
+                print("not stopped")
+        except KeyboardInterrupt:
+            print("raised at the stop point")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_sigint_default)
+    assert done.stdout.split("\n")[:2] == ["the eval chunk went on", "raised at the stop point"], \
+        (done.stdout, done.stderr)

@@ -24,6 +24,7 @@ from tqdm import tqdm
 from agentrl.agents.record import Rollout
 from agentrl.config.sampling import Sampling
 from agentrl.config.schema import RunConfig
+from agentrl.interrupts import swallowed_point
 from agentrl.rewards import rubric_metrics
 from agentrl.trainers.episode_traces import TraceAs
 from agentrl.trainers.eval_results import majority_metrics, pass_metrics, task_records
@@ -129,6 +130,7 @@ def play_tasks(services: Any, rows: Sequence[dict[str, Any]], *, samples: int, s
         if progress is not None and scores:
             progress.update(len(groups))
             progress.set_postfix_str(f"mean {sum(scores) / len(scores):.3f}")
+        swallowed_point()  # else a Ctrl-C that a library's cleanup swallowed lets the eval play on to its end
     return per_row
 
 
