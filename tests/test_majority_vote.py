@@ -53,6 +53,14 @@ def test_majority_metrics_vote_over_the_fewest_samples_a_task_has() -> None:
     assert majority_metrics([{"samples": [_s(A, 1.0)]}], "eval") == {}  # one sample: no vote to report
 
 
+def test_majority_metrics_report_every_odd_k_and_the_whole_vote() -> None:
+    # six samples: A, B, B, A, A, B; the first 3 vote B (0.2), the first 5 vote A (1.0), all 6 tie -> A (first)
+    record = {"samples": [_s(A, 1.0), _s(B, 0.2), _s(B, 0.2), _s(A, 1.0), _s(A, 1.0), _s(B, 0.2)]}
+    assert majority_metrics([record], "eval") == {"eval/maj_at_3": pytest.approx(0.2),
+                                                   "eval/maj_at_5": pytest.approx(1.0),
+                                                   "eval/maj_at_6": pytest.approx(1.0)}
+
+
 def test_compare_score_majority_pairs_the_votes(tmp_path: Path) -> None:
     # d0: A's mean is (1 + 0.5 + 0.5) / 3 = 0.667, its vote 0.5; d1: mean 0.6, vote 0.9 (B twice).
     a = tmp_path / "a.jsonl"

@@ -113,14 +113,16 @@ def majority_score(record: Mapping[str, Any], n: int | None = None) -> float:
 
 
 def majority_metrics(records: Sequence[Mapping[str, Any]], prefix: str) -> dict[str, float]:
-    """`<prefix>/maj_at_<n>` for n = the fewest samples a task has (at least 2): the mean over tasks of
-    `majority_score` over each task's first n samples."""
+    """`<prefix>/maj_at_<k>` for k = 3, 5, 7, ... up to n, the fewest samples a task has, and n itself (at least 2):
+    the mean over tasks of `majority_score` over each task's first k samples. (An even k below n adds nothing: its
+    ties go to the first answer, so maj@2 is the first sample's score.)"""
     if not records:
         return {}
     n = min(len(r["samples"]) for r in records)
     if n < 2:
         return {}
-    return {f"{prefix}/maj_at_{n}": sum(majority_score(r, n) for r in records) / len(records)}
+    ks = sorted({*range(3, n + 1, 2), n})
+    return {f"{prefix}/maj_at_{k}": sum(majority_score(r, k) for r in records) / len(records) for k in ks}
 
 
 def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

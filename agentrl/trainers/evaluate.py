@@ -140,7 +140,7 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
              progress: tqdm | None = None) -> tuple[dict[str, float], list[Rollout]]:
     """Play every eval task `samples` times, sampled as `sampling` says; returns (metrics, the outcome rollouts in
     task order). With more than one sample the metrics add `<prefix>/pass_at_<k>` (a pass: score >= `pass_score`)
-    and `<prefix>/maj_at_<samples>` (the majority answer's score).
+    and `<prefix>/maj_at_<k>` (the majority answer's score; `majority_metrics`).
 
     `sink(name, records)` (an `eval_results.EvalSink`) takes the per-task records, named `<prefix>-step-<step>`
     (or `<prefix>` without a step; a `/` in the prefix becomes `-`). Prints `eval_line` when done (above any
