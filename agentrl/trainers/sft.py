@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 # The settings of an SFT run: `trainer` (trainer=sft) and `trainer.warm_start` (GRPO's warm start) both hold them.
 SFT_SETTINGS = ("teacher", "steps", "lr", "batch_samples", "warmup_steps", "augment", "weight_decay")
 SFTSettings = SFTTrainerConfig | WarmStartConfig
+# Bump when a code change alters the demonstrations a warm start trains on (a teacher, a prompt, a role's
+# demonstration, their tokenization): the cache key holds settings, not code, so without it every cached warm
+# start made by the old code would be reused as if current. 0 adds nothing: folders cached before it keep their names.
+DEMONSTRATIONS_VERSION = 0
 
 
 def data_key(bundle: Any) -> str:
@@ -70,7 +74,7 @@ def sft_checkpoint_path(run: RunConfig, settings: SFTSettings, bundle: Any, agen
     """Where the SFT result for these settings lives: reused by every run that asks for the same warm start.
 
     The key holds the bundle, its data options, the train split, the base model (`model_key`), the seed,
-    `SFT_SETTINGS`, `generated` when set, and, for an agent that makes role demonstrations, its pattern and
+    `SFT_SETTINGS`, `DEMONSTRATIONS_VERSION` and `generated` when set, and, for an agent that makes role demonstrations, its pattern and
     `demonstration_options()` (the folder name then says the pattern): two patterns never share a warm start.
     `run` is the plan's typed settings; `bundle` and `agent` are the plan's (no agent: a run without one).
     `legacy`: the folder the key made before it named a model under `paths.model_dir` by its folder name (the
@@ -79,6 +83,8 @@ def sft_checkpoint_path(run: RunConfig, settings: SFTSettings, bundle: Any, agen
     env = run.env
     model = str(run.model.path) if legacy else model_key(run)
     parts = [env.bundle, data_key(bundle), env.train_split, model, run.seed, *(getattr(settings, k) for k in SFT_SETTINGS)]
+    if DEMONSTRATIONS_VERSION:
+        parts.append(f"demonstrations=v{DEMONSTRATIONS_VERSION}")
     if settings.generated:  # a later setting: keys without it keep the folder names cached before it
         parts.append(f"generated={settings.generated}")
     if run.model.dtype != "float32":  # likewise: float32 folders keep their names

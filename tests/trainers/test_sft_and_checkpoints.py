@@ -197,6 +197,18 @@ def test_generated_demonstrations_change_the_sft_cache_key_only_when_set() -> No
     assert len(more) == 2 and before not in more
 
 
+def test_a_new_demonstrations_version_makes_a_new_warm_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentrl.trainers import sft
+
+    settings = WarmStartConfig(teacher="optimal", steps=1500, lr=3e-3, batch_samples=32, warmup_steps=50, augment=7,
+                               weight_decay=0.0)
+    run, bundle = run_settings("arith", "/m/tiny", "/ck"), load_bundle("arith")
+    before = sft.sft_checkpoint_path(run, settings, bundle)
+    monkeypatch.setattr(sft, "DEMONSTRATIONS_VERSION", sft.DEMONSTRATIONS_VERSION + 1)
+    after = sft.sft_checkpoint_path(run, settings, bundle)
+    assert after.parent == before.parent and after.name.startswith("arith-optimal-s1500-") and after != before
+
+
 def test_a_data_option_changes_the_sft_cache_key(tmp_path: Path) -> None:
     from agentrl.trainers.sft import sft_checkpoint_path
 
