@@ -22,6 +22,13 @@ def _sigint_default() -> None:
     script) starts its children with SIGINT ignored, and then Python installs no handler (test_ctrl_c does the same)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
+
+def _python(script: str) -> subprocess.CompletedProcess:
+    """`python -c script` in the repository, SIGINT at its default, output captured."""
+    return subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_sigint_default)
+
+
 # A run's tracker gets the signal from SQLite's own cursor, just after the INSERT of its metrics and before their
 # commit: raised there, the write would be rolled back (and could leave the store locked for the next one).
 _MID_WRITE = textwrap.dedent("""
@@ -163,28 +170,32 @@ def test_a_signal_in_the_last_step_is_raised_when_the_loop_ends() -> None:
         except KeyboardInterrupt:
             print("raised at the loop's end")
     """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          preexec_fn=_sigint_default)
+    done = _python(script)
     assert done.stdout.split("\n")[:2] == ["the step ran to its end", "raised at the loop's end"], done.stderr
 
 
-def test_a_signal_swallowed_by_a_weakref_callback_is_raised_again_at_the_next_stop_point() -> None:
-    # Python prints and ignores an exception raised inside a weakref callback (SQLAlchemy's registry cleanup, run by
-    # a garbage collection, swallowed a Ctrl-C this way before a warm start's loop, which then trained on for good).
-    script = textwrap.dedent("""
-        import os, signal, weakref
-        from agentrl.interrupts import between_steps, install, stop_point
-        install()
-        class Thing:
+# Python prints and ignores an exception raised inside a weakref callback (SQLAlchemy's registry cleanup, run by
+# a garbage collection, swallowed a Ctrl-C this way before a warm start's loop, which then trained on for good).
+SWALLOW = """
+    import os, signal, weakref
+    from agentrl.interrupts import install
+    install()
+    class Thing:
+        pass
+    def cleanup(ref):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10_000):
             pass
-        def cleanup(ref):
-            os.kill(os.getpid(), signal.SIGINT)
-            for _ in range(10_000):
-                pass
-        thing = Thing()
-        ref = weakref.ref(thing, cleanup)
-        del thing                     # the callback runs here, receives the signal, and Python ignores it
-        print("went on after the callback")
+    thing = Thing()
+    ref = weakref.ref(thing, cleanup)
+    del thing                     # the callback runs here, receives the signal, and Python ignores it
+    print("went on after the callback")
+"""
+
+
+def test_a_signal_swallowed_by_a_weakref_callback_is_raised_again_at_the_next_stop_point() -> None:
+    script = textwrap.dedent(SWALLOW) + textwrap.dedent("""
+        from agentrl.interrupts import between_steps, stop_point
         done = []
         try:
             with between_steps():
@@ -194,8 +205,7 @@ def test_a_signal_swallowed_by_a_weakref_callback_is_raised_again_at_the_next_st
         except KeyboardInterrupt:
             print("raised at the stop point after steps", done)
     """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          preexec_fn=_sigint_default)
+    done = _python(script)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:2] == ["went on after the callback", "raised at the stop point after steps []"], \
         (done.stdout, done.stderr)
@@ -221,23 +231,6 @@ def test_other_exceptions_a_callback_swallows_are_still_reported() -> None:
     assert "Exception ignored" in done.stderr and "ValueError: a real bug in a cleanup" in done.stderr, done.stderr
 
 
-SWALLOW = """
-    import os, signal, weakref
-    from agentrl.interrupts import install
-    install()
-    class Thing:
-        pass
-    def cleanup(ref):
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(10_000):
-            pass
-    thing = Thing()
-    ref = weakref.ref(thing, cleanup)
-    del thing                     # the callback runs here, receives the signal, and Python ignores it
-    print("went on after the callback")
-"""
-
-
 def test_an_eval_stops_at_its_next_chunk_after_a_swallowed_signal() -> None:
     # `agentrl eval` has no training loop and so no stop point: a swallowed Ctrl-C let it play every task.
     script = textwrap.dedent(SWALLOW) + textwrap.dedent("""
@@ -257,8 +250,7 @@ def test_an_eval_stops_at_its_next_chunk_after_a_swallowed_signal() -> None:
         except KeyboardInterrupt:
             print("stopped after chunks:", Runner.chunks)
     """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          preexec_fn=_sigint_default)
+    done = _python(script)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:2] == ["went on after the callback", "stopped after chunks: 1"], \
         (done.stdout, done.stderr)
@@ -283,7 +275,6 @@ def test_a_deferred_signal_waits_for_its_stop_point_not_an_eval_chunk() -> None:
         except KeyboardInterrupt:
             print("raised at the stop point")
     """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          preexec_fn=_sigint_default)
+    done = _python(script)
     assert done.stdout.split("\n")[:2] == ["the eval chunk went on", "raised at the stop point"], \
         (done.stdout, done.stderr)
