@@ -80,7 +80,7 @@ class CoEvolutionAgentConfig(MultiRoleAgentConfig):
     # The wrong candidates the SFT warm start shows the rewriters and the selector: "far" (an answer reversed
     # with its signs flipped, idle, or an integer moved by a quarter: told apart at a glance) or "near" (a local
     # edit or two of the teacher's answer, `demos.near_miss`: the close mistakes a warm-started solver makes,
-    # so the rewriter learns to repair candidates and the selector to tell the right one from near misses).
+    # meant to teach the rewriter to repair candidates; measured on GridSim, every role ends worse: RESULTS.md).
     demo_candidates: str = "far"
     roles: list[RoleConfig] = field(
         default_factory=lambda: [
