@@ -74,8 +74,9 @@ def sft_checkpoint_path(run: RunConfig, settings: SFTSettings, bundle: Any, agen
     """Where the SFT result for these settings lives: reused by every run that asks for the same warm start.
 
     The key holds the bundle, its data options, the train split, the base model (`model_key`), the seed,
-    `SFT_SETTINGS`, `DEMONSTRATIONS_VERSION` and `generated` when set, and, for an agent that makes role demonstrations, its pattern and
-    `demonstration_options()` (the folder name then says the pattern): two patterns never share a warm start.
+    `SFT_SETTINGS`, `DEMONSTRATIONS_VERSION` and `generated` when set, and, for an agent that makes role
+    demonstrations, its pattern and `demonstration_options()` (the folder name then says the pattern): two
+    patterns never share a warm start.
     `run` is the plan's typed settings; `bundle` and `agent` are the plan's (no agent: a run without one).
     `legacy`: the folder the key made before it named a model under `paths.model_dir` by its folder name (the
     absolute path then), where warm starts made before that still sit.
