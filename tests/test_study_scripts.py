@@ -80,3 +80,20 @@ def test_gridsim_cycles_profiles_the_rule_and_the_optimum(monkeypatch: pytest.Mo
     assert rule["all"]["ceiling"] == best["all"]["ceiling"] < 1.0
     with pytest.raises(ValueError, match="no stored GridSim day"):
         gridsim_cycles.profile([{"task_id": "x", "split": "eval", "index": 10**6, "samples": []}], rows)
+
+
+def test_learned_selector_votes_per_hour_into_a_feasible_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """learned_selector.py (RESULTS, proof 3): the per-hour vote takes each hour's commonest action, first given on
+    a tie, idles an hour the storage cannot take, and the selector's target is the first best-graded candidate."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "studies"))
+    import learned_selector
+
+    from agentrl.envs.gridsim.battery import is_feasible
+
+    a, b, c = [1, -1, 0, 0], [1, 0, -1, 0], [0, -1, 1, -1]
+    assert learned_selector.per_hour_vote([a, b, c], 1) == [1, -1, 0, 0]
+    # hour 1 sells from an empty battery (idle); hour 2's three-way tie goes to the first given, a charge; hour 3's
+    # tie is a charge again, but the battery is full (idle)
+    vote = learned_selector.per_hour_vote([[0, -1, 1, 1], [0, -1, 0, -1], [1, 0, -1, 0]], 1)
+    assert vote == [0, 0, 1, 0] and is_feasible(vote, 1)
+    assert learned_selector.best_index([0.5, 0.9, 0.9, 0.1]) == 1
