@@ -88,7 +88,8 @@ def test_recipe_overrides_apply_and_cli_wins():
 def test_misspelled_key_names_its_full_path():
     with pytest.raises(ConfigCompositionException) as err:
         compose("config", overrides=["+recipe=gridsim_grpo", "trainer.warm_start.teacherr=greedy"])
-    assert "teacherr" in str(err.value.__cause__) and "trainer.warm_start.teacherr" in str(err.value.__cause__)
+    assert "full_key: trainer.warm_start.teacherr" in str(err.value)
+    assert "Did you mean trainer.warm_start.teacher?" in str(err.value)
 
 
 def test_wrong_type_names_the_key():
@@ -122,6 +123,31 @@ def test_appended_key_on_a_typed_config_is_refused_naming_it(override: str, full
     with pytest.raises(ConfigCompositionException) as err:
         compose("config", overrides=["+recipe=gridsim_grpo", override])
     assert f"Key '{full_key.rpartition('.')[2]}' not in '{schema}' full_key: {full_key}" in str(err.value)
+
+
+@pytest.mark.parametrize(("override", "full_key", "near"), [
+    ("trainer.lrr=1", "trainer.lrr", "trainer.lr"),
+    ("+trainer.lrr=1", "trainer.lrr", "trainer.lr"),
+    ("trainer.warm_startt.steps=5", "trainer.warm_startt", "trainer.warm_start"),  # the first key that is wrong
+    ("env.promt_style=full", "env.promt_style", "env.prompt_style"),
+    ("sead=1", "sead", "seed"),
+])
+def test_a_mistyped_key_is_refused_with_the_keys_closest_to_it(override: str, full_key: str, near: str):
+    """With or without `+`, a typo names the schema's closest keys; Hydra's own advice for a key struct mode refused
+    (prefix a `+`) is not given: the `+` would be refused next."""
+    with pytest.raises(ConfigCompositionException) as err:
+        compose("config", overrides=["+recipe=gridsim_grpo", override])
+    message = str(err.value)
+    assert f"full_key: {full_key}:" in message and f"Did you mean {near}" in message, message
+    assert "To append" not in message
+
+
+def test_a_key_far_from_every_declared_one_gets_no_guess():
+    from agentrl.config.schema import RunConfig
+    from agentrl.config.validate import unknown_key_message
+
+    message = unknown_key_message("qqqqqq", RunConfig)
+    assert "Did you mean" not in message and "RunConfig's keys: env, agent" in message
 
 
 def test_appending_to_an_untyped_value_still_works():

@@ -4,11 +4,16 @@ Struct mode already refuses `trainer.lrr=1`, but Hydra applies `+trainer.lrr=1` 
 which bypasses struct mode, so a typo following Hydra's own hint ("add a + prefix") used to be accepted and
 silently ignored. Every node made from a schema keeps its dataclass as `object_type`; any key it holds beyond
 that dataclass's fields can only have come from such an append.
+
+Both refusals read the same: the key, its schema, the schema's keys closest to it (`did you mean trainer.lr?`) and
+all of them. Struct mode's own refusal, as Hydra words it, advises the `+` that is refused next.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import re
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig
@@ -52,18 +57,43 @@ def added_keys(cfg: DictConfig) -> list[tuple[str, type]]:
     return found
 
 
+def unknown_key_message(full: str, schema: type, others: str = "") -> str:
+    """Why `full` is refused: its schema, the declared keys closest to its last part, and all declared keys."""
+    parent, _, key = full.rpartition(".")
+    declared = [f.name for f in dataclasses.fields(schema) if not f.name.startswith("_")]
+    near = difflib.get_close_matches(key, declared, n=3, cutoff=0.6)
+    hint = f" Did you mean {' or '.join(f'{parent}.{n}' if parent else n for n in near)}?" if near else ""
+    return (f"Key '{key}' not in '{schema.__name__}' full_key: {full}{others}: a typed config takes only its "
+            f"schema's keys, and '+' cannot add one.{hint} {schema.__name__}'s keys: {', '.join(declared)}")
+
+
 def check_typed_keys(cfg: DictConfig) -> None:
     """Raise UnknownKeyError naming the first undeclared key (as struct mode words it) and its schema's keys."""
     bad = added_keys(cfg)
     if not bad:
         return
     full, schema = bad[0]
-    declared = ", ".join(f.name for f in dataclasses.fields(schema) if not f.name.startswith("_"))
     others = f" (and {', '.join(k for k, _ in bad[1:])})" if len(bad) > 1 else ""
-    raise UnknownKeyError(
-        f"Key '{full.rpartition('.')[2]}' not in '{schema.__name__}' full_key: {full}{others}: a typed config "
-        f"takes only its schema's keys, and '+' cannot add one. {schema.__name__}'s keys: {declared}")
+    raise UnknownKeyError(unknown_key_message(full, schema, others))
 
+
+def first_unknown_key(cfg: DictConfig, dotted: str) -> tuple[str, type] | None:
+    """(the path to its first key a typed node lacks, that node's schema) for an override's `dotted` key; None when
+    every key exists or the first missing one is under an untyped node or a list."""
+    node: Any = cfg
+    path: list[str] = []
+    for part in dotted.split("."):
+        if not isinstance(node, DictConfig):
+            return None
+        if part not in node:
+            schema = _schema(node)
+            return (".".join([*path, part]), schema) if schema is not None else None
+        path.append(part)
+        node = node._get_node(part)
+    return None
+
+
+_NOT_OVERRIDDEN = re.compile(r"Could not override '([^']+)'")
 
 def install_compose_check() -> None:
     """Run check_typed_keys whenever Hydra composes a config (so `--cfg job` refuses too, not only a run).
@@ -79,7 +109,15 @@ def install_compose_check() -> None:
         return
 
     def apply_then_check(overrides: Any, cfg: DictConfig) -> None:
-        original(overrides, cfg)
+        try:
+            original(overrides, cfg)
+        except ConfigCompositionException as err:
+            # struct mode refused a key; Hydra's advice (prefix a +) would be refused next: say what to use instead
+            named = _NOT_OVERRIDDEN.match(str(err))
+            unknown = first_unknown_key(cfg, named.group(1)) if named else None
+            if unknown is None:
+                raise
+            raise ConfigCompositionException(unknown_key_message(*unknown)) from None
         try:
             check_typed_keys(cfg)
         except UnknownKeyError as err:
