@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -26,5 +27,6 @@ class EvalConfig:
             raise ValueError(f"eval.samples must be an integer >= 1, got {self.samples!r}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"eval.limit must be >= 1 (or null: every task), got {self.limit!r}")
-        if self.temperature is not None and self.temperature < 0:
-            raise ValueError(f"eval.temperature must be >= 0 (0: greedy-decoded), got {self.temperature!r}")
+        if self.temperature is not None and not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"eval.temperature must be a finite number >= 0 (0: greedy-decoded), "
+                             f"got {self.temperature!r}")

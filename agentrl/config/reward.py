@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
+
+from agentrl.config.numbers import check_finite
 
 
 @dataclass
@@ -31,6 +34,11 @@ class AsymmetricRewardConfig(RewardConfig):
     correct_weight: float = 1.2  # x reward of every sample when the group's selected answer is correct
     incorrect_weight: float = 0.8  # x reward otherwise, early exits included
     correct_threshold: float = 1.0  # a selected reward at or above this counts as correct
+
+    def __post_init__(self) -> None:
+        check_finite("reward", self, ("correct_weight", "incorrect_weight"))
+        if not math.isfinite(self.correct_threshold):
+            raise ValueError(f"reward.correct_threshold must be a finite number, got {self.correct_threshold!r}")
 
 
 @dataclass

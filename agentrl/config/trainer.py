@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import II, MISSING
 
+from agentrl.config.numbers import check_counts, check_finite, check_trainer_numbers
 from agentrl.config.sampling import Sampling
 from agentrl.config.staleness import check_retired_overlap, check_staleness
 
@@ -43,10 +45,11 @@ def check_algorithm(c: Any, key: str = "trainer") -> None:
     if c.kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"{key}.kl_estimator={c.kl_estimator!r}: choose one of {', '.join(KL_ESTIMATORS)}")
     for name in ("kl_coef", "entropy_coef"):
-        if float(getattr(c, name)) < 0:
+        value = float(getattr(c, name))
+        if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"{key}.{name} must be >= 0 (0: off), got {getattr(c, name)}")
     tis = float(c.tis_cap)
-    if tis != 0 and tis < 1:
+    if not (tis == 0 or (math.isfinite(tis) and tis >= 1)):
         raise ValueError(f"{key}.tis_cap={tis}: the truncation cap must be >= 1 (an on-policy token has weight 1), "
                          "or 0 to turn truncated importance sampling off")
     if getattr(c, "tis_mode", "truncate") not in TIS_MODES:
@@ -60,7 +63,7 @@ def check_algorithm(c: Any, key: str = "trainer") -> None:
     low, high = c.clip_low, c.clip_high
     if _is_set(low) and not 0 <= float(low) < 1:
         raise ValueError(f"{key}.clip_low must be in [0, 1) (the ratio's floor is 1 - clip_low), got {low}")
-    if _is_set(high) and float(high) < 0:
+    if _is_set(high) and not (math.isfinite(float(high)) and float(high) >= 0):
         raise ValueError(f"{key}.clip_high must be >= 0, got {high}")
 
 
@@ -141,6 +144,17 @@ class WarmStartConfig:
     augment: int = 0  # extra demonstrations per task from the bundle's variants (GridSim: other batteries)
     generated: int = 0  # extra demonstrations of tasks the bundle generates (GridSim: fresh train-date days)
     weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_sft_numbers("trainer.warm_start", self)
+
+
+def check_sft_numbers(prefix: str, c: Any) -> None:
+    """An SFT's keys (the warm start's, `trainer=sft`'s): steps, batch, warmup, extra demonstrations, rates."""
+    check_counts(prefix, c, ("steps", "batch_samples"))
+    check_counts(prefix, c, ("warmup_steps", "augment", "generated"), minimum=0)
+    check_finite(prefix, c, ("lr",), positive=True)
+    check_finite(prefix, c, ("weight_decay",))
 
 
 @dataclass
@@ -251,6 +265,12 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
     threads: int = 0  # torch CPU threads for the GRPO loop (after the warm start); 0: torch's default
 
     def __post_init__(self) -> None:
+        check_trainer_numbers(self)
+        check_counts("trainer", self, ("prompts_per_step", "samples_per_prompt", "micro_batch_samples",
+                                       "max_drops_in_a_row"))
+        check_counts("trainer", self, ("max_extra_rows", "threads"), minimum=0)
+        check_finite("trainer", self, ("grad_clip",), positive=True)
+        check_finite("trainer", self, ("weight_decay",))
         check_algorithm(self)
         for name in ("epochs", "mini_batches"):
             if int(getattr(self, name)) < 1:
@@ -297,6 +317,11 @@ class SFTTrainerConfig(TrainerConfig):
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device
     threads: int = 0  # torch CPU threads in this process; 0: torch's default
     output_dir: str | None = None  # null: <paths.checkpoint_dir>/sft/<bundle>-<teacher>-s<steps>-<settings hash>
+
+    def __post_init__(self) -> None:
+        check_trainer_numbers(self)
+        check_sft_numbers("trainer", self)
+        check_counts("trainer", self, ("threads",), minimum=0)
 
     def sampling(self) -> Sampling:
         return Sampling(self.eval_temperature, top_p=1.0, top_k=0)  # SFT's evals filter nothing
@@ -353,6 +378,12 @@ class MilesTrainerConfig(TrainerConfig):
     max_staleness: int = 0  # 0 only: this launch runs Miles' synchronous loop (miles_algorithm_problem says why)
 
     def __post_init__(self) -> None:
+        check_trainer_numbers(self)
+        check_counts("trainer", self, ("prompts_per_step", "samples_per_prompt", "global_batch_size",
+                                       "max_response_tokens", "eval_samples_per_prompt", "gpus_per_node", "num_nodes",
+                                       "rollout_gpus_per_engine", "tensor_parallel", "max_tokens_per_gpu",
+                                       "max_drops_in_a_row"))
+        check_finite("trainer", self, ("weight_decay",))
         if problem := miles_algorithm_problem(self):
             raise ValueError(problem)
 
@@ -393,6 +424,12 @@ class TRLTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConfi
     extra_args: dict[str, Any] = field(default_factory=dict)  # more GRPOConfig fields, verbatim (names checked)
 
     def __post_init__(self) -> None:
+        check_trainer_numbers(self)
+        check_counts("trainer", self, ("prompts_per_step", "samples_per_prompt", "micro_batch_samples",
+                                       "num_processes"))
+        check_counts("trainer", self, ("threads", "main_process_port"), minimum=0)
+        check_finite("trainer", self, ("grad_clip",), positive=True)
+        check_finite("trainer", self, ("weight_decay",))
         check_retired_overlap(self)
         DependencyWatchConfig.__post_init__(self)
         self.check_lr_schedule()

@@ -147,11 +147,7 @@ def check_config(settings: RunConfig) -> None:
         raise MilesConfigError("env.server.process=true is not applied under trainer=miles: Miles' learner and "
                                "engines run in processes of their own, and the env server it starts runs beside "
                                "its launcher; leave it false")
-    for key in ("prompts_per_step", "samples_per_prompt", "global_batch_size", "steps", "gpus_per_node",
-                "num_nodes", "rollout_gpus_per_engine", "tensor_parallel", "max_response_tokens",
-                "max_drops_in_a_row"):
-        if getattr(t, key) < 1:
-            raise MilesConfigError(f"trainer.{key} must be >= 1, got {getattr(t, key)}")
+    # counts (>= 1) and rates are the schema's (config/numbers.py): refused when the settings were built
     if t.prompts_per_step * t.samples_per_prompt != t.global_batch_size:
         raise MilesConfigError(
             f"trainer.global_batch_size={t.global_batch_size} must equal prompts_per_step x samples_per_prompt "
@@ -196,8 +192,6 @@ def check_config(settings: RunConfig) -> None:
             f"{[k.split(',') for k in supported]} (or give trainer.chat_template_path)")
     if t.megatron_to_hf_mode not in ("bridge", "raw"):
         raise MilesConfigError(f"trainer.megatron_to_hf_mode must be bridge or raw, got {t.megatron_to_hf_mode!r}")
-    if t.steps and t.eval_every < 0:
-        raise MilesConfigError(f"trainer.eval_every must be >= 0, got {t.eval_every}")
     if isinstance(settings.inference, VLLMInferenceConfig) and settings.inference.urls:
         # vLLM servers are not SGLang engines Miles could drive (--rollout-external).
         raise MilesConfigError("inference.urls names vLLM servers (inference=vllm); trainer=miles drives SGLang "

@@ -80,8 +80,8 @@ def test_batch_sizes_must_match_and_divide():
         check_config(make_settings(tensor_parallel=3))
     with pytest.raises(MilesConfigError, match="rollout_gpus_per_engine=3 does not divide the 8 rollout GPUs"):
         check_config(make_settings(rollout_gpus_per_engine=3))
-    with pytest.raises(MilesConfigError, match="prompts_per_step must be >= 1"):
-        check_config(make_settings(prompts_per_step=0))
+    with pytest.raises(ValueError, match="trainer.prompts_per_step must be an integer >= 1, got 0"):
+        make_settings(prompts_per_step=0)  # the schema refuses it (config/numbers.py), before any Miles check
 
 def test_kl_needs_a_reference_and_then_uses_it(tmp_path):
     with pytest.raises(MilesConfigError, match="kl_coef=0.01 needs a reference model"):
