@@ -1,5 +1,6 @@
 """Numeric config keys out of range (NaN, infinite, zero, negative, the wrong type) fail when the settings are built,
-naming the key (agentrl/config/numbers.py), for every trainer and through the plan."""
+naming the key (agentrl/config/numbers.py): every trainer, the env server, the engines, the tiny model, the Docker
+sandbox, the reward and eval, and through the plan."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.config.env import EnvServerConfig
 from agentrl.config.evaluation import EvalConfig
+from agentrl.config.inference import EmbeddedInferenceConfig, SGLangInferenceConfig, VLLMInferenceConfig
+from agentrl.config.model import TinyModelConfig
 from agentrl.config.reward import AsymmetricRewardConfig
+from agentrl.config.sandbox import DockerSandboxConfig
 from agentrl.config.trainer import (
     GRPOTrainerConfig,
     MilesTrainerConfig,
@@ -65,6 +70,23 @@ def test_every_trainer_refuses_a_bad_common_key(schema: type, fields: dict, mess
     (AsymmetricRewardConfig, {"correct_weight": NAN}, "reward.correct_weight must be a finite number >= 0"),
     (AsymmetricRewardConfig, {"correct_threshold": INF}, "reward.correct_threshold must be a finite number"),
     (EvalConfig, {"temperature": NAN}, "eval.temperature must be a finite number >= 0"),
+    (EvalConfig, {"pass_score": INF}, "eval.pass_score must be a finite number"),
+    (EnvServerConfig, {"max_concurrent_envs": 0}, "env.server.max_concurrent_envs must be an integer >= 1"),
+    (EnvServerConfig, {"tool_timeout": NAN}, "env.server.tool_timeout must be a finite number > 0"),
+    (EnvServerConfig, {"connect_timeout": -1.0}, "env.server.connect_timeout must be a finite number > 0"),
+    (EnvServerConfig, {"port": 70000}, "env.server.port must be a port from 1 to 65535 (0: a free one)"),
+    (EmbeddedInferenceConfig, {"max_batch_sequences": 0}, "inference.max_batch_sequences must be an integer >= 1"),
+    (EmbeddedInferenceConfig, {"batch_wait_ms": NAN}, "inference.batch_wait_ms must be a finite number >= 0"),
+    (EmbeddedInferenceConfig, {"max_body_bytes": 0}, "inference.max_body_bytes must be an integer >= 1"),
+    (SGLangInferenceConfig, {"mem_fraction_static": 1.5}, "inference.mem_fraction_static must be in (0, 1]"),
+    (SGLangInferenceConfig, {"request_timeout": INF}, "inference.request_timeout must be a finite number > 0"),
+    (VLLMInferenceConfig, {"max_model_len": 0}, "inference.max_model_len must be an integer >= 1"),
+    (VLLMInferenceConfig, {"base_port": -1}, "inference.base_port must be a port"),
+    (VLLMInferenceConfig, {"health_every_s": NAN}, "inference.health_every_s must be a finite number > 0"),
+    (TinyModelConfig, {"hidden_size": 0}, "model.hidden_size must be an integer >= 1"),
+    (TinyModelConfig, {"dtype": "float8"}, "model.dtype='float8'"),  # the base schema's checks still run
+    (DockerSandboxConfig, {"cpus": NAN}, "sandbox.cpus must be a finite number > 0"),
+    (DockerSandboxConfig, {"warm_pool": -1}, "sandbox.warm_pool must be an integer >= 0"),
 ])
 def test_each_trainer_refuses_its_own_bad_keys(schema: type, fields: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -72,8 +94,10 @@ def test_each_trainer_refuses_its_own_bad_keys(schema: type, fields: dict, messa
 
 
 def test_the_defaults_and_the_documented_zeros_pass() -> None:
-    for schema in (*TRAINERS, WarmStartConfig, AsymmetricRewardConfig, EvalConfig):
+    for schema in (*TRAINERS, WarmStartConfig, AsymmetricRewardConfig, EvalConfig, EnvServerConfig,
+                   EmbeddedInferenceConfig, SGLangInferenceConfig, VLLMInferenceConfig, DockerSandboxConfig):
         schema()
+    TinyModelConfig(path="/m")
     GRPOTrainerConfig(eval_every=0, checkpoint_every=0, max_extra_rows=0, threads=0, weight_decay=0.0,
                       eval_limit=None, kl_coef=0.0, tis_cap=0.0, tis_mode="ignore")
     WarmStartConfig(warmup_steps=0, augment=0, generated=0)

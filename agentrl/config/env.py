@@ -7,6 +7,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from agentrl.config.numbers import check_counts, check_finite, check_ports
+
 # The env server's deadlines in seconds: the schema's defaults below, and the defaults of everything that talks to
 # an env server without a config (build_app, EpisodeClient, `python -m agentrl.rows`, a row without settings).
 TOOL_TIMEOUT_S = 60.0  # one tool call
@@ -38,6 +40,10 @@ class EnvServerConfig:
     process: bool = False
 
     def __post_init__(self) -> None:
+        check_ports("env.server", self, ("port",))
+        check_counts("env.server", self, ("max_concurrent_envs",))
+        check_finite("env.server", self, ("tool_timeout", "reset_timeout", "session_idle_timeout", "connect_timeout"),
+                     positive=True)
         if self.process and self.url:
             raise ValueError(f"env.server.process=true starts a server for this run, but env.server.url={self.url} "
                              "names one already running: set one of them")

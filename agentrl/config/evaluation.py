@@ -27,6 +27,8 @@ class EvalConfig:
             raise ValueError(f"eval.samples must be an integer >= 1, got {self.samples!r}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"eval.limit must be >= 1 (or null: every task), got {self.limit!r}")
+        if not (isinstance(self.pass_score, int | float) and math.isfinite(self.pass_score)):
+            raise ValueError(f"eval.pass_score must be a finite number, got {self.pass_score!r}")
         if self.temperature is not None and not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"eval.temperature must be a finite number >= 0 (0: greedy-decoded), "
                              f"got {self.temperature!r}")

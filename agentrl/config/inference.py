@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
+from agentrl.config.numbers import check_counts, check_finite, check_ports
+
 VLLM_DTYPES = ("float32", "bfloat16", "float16", "auto")
 
 
@@ -15,6 +17,13 @@ class InferenceConfig:
     host: str = "127.0.0.1"
     port: int = 0  # the session server's port; 0 picks a free one
     max_body_bytes: int = 16 << 20  # the session server refuses a larger request body (413)
+
+
+def check_server_numbers(c: InferenceConfig) -> None:
+    """The session server's port and body limit, and an engine's timeouts where it has them."""
+    check_ports("inference", c, ("port",))
+    check_counts("inference", c, ("max_body_bytes",))
+    check_finite("inference", c, [n for n in ("launch_timeout", "request_timeout") if hasattr(c, n)], positive=True)
 
 
 @dataclass
@@ -30,6 +39,9 @@ class EmbeddedInferenceConfig(InferenceConfig):
     process_threads: int = 0
 
     def __post_init__(self) -> None:
+        check_server_numbers(self)
+        check_counts("inference", self, ("max_batch_sequences",))
+        check_finite("inference", self, ("batch_wait_ms",))
         if int(self.process_threads) < 0:
             raise ValueError(f"inference.process_threads must be >= 0 (0: half the cores), got {self.process_threads}")
 
@@ -47,6 +59,13 @@ class SGLangInferenceConfig(InferenceConfig):
     launch_timeout: float = 600.0  # seconds
     request_timeout: float = 600.0  # seconds for one generate call
     extra_args: list[str] = field(default_factory=list)  # appended to every launch command
+
+    def __post_init__(self) -> None:
+        check_server_numbers(self)
+        check_counts("inference", self, ("num_gpus",))
+        check_ports("inference", self, ("base_port",))
+        if not (isinstance(self.mem_fraction_static, int | float) and 0 < self.mem_fraction_static <= 1):
+            raise ValueError(f"inference.mem_fraction_static must be in (0, 1], got {self.mem_fraction_static!r}")
 
 
 @dataclass
@@ -76,12 +95,13 @@ class VLLMInferenceConfig(InferenceConfig):
     seeded: bool = False
 
     def __post_init__(self) -> None:
-        if self.num_servers < 1:
-            raise ValueError(f"inference.num_servers must be >= 1, got {self.num_servers}")
-        if self.kv_cache_gib < 1:
-            raise ValueError(f"inference.kv_cache_gib must be >= 1 (GiB), got {self.kv_cache_gib}")
-        if not self.health_every_s > 0:
-            raise ValueError(f"inference.health_every_s must be > 0, got {self.health_every_s}")
+        check_server_numbers(self)
+        check_counts("inference", self, ("num_servers",))
+        check_counts("inference", self, ("kv_cache_gib",), meaning=" (GiB)")
+        check_ports("inference", self, ("base_port",))
+        check_finite("inference", self, ("health_every_s",), positive=True)
+        if self.max_model_len is not None:
+            check_counts("inference", self, ("max_model_len",), meaning=" (or null: the model's own context)")
         if self.dtype not in VLLM_DTYPES:
             raise ValueError(f"inference.dtype must be one of {VLLM_DTYPES}, got {self.dtype!r}")
         if self.restart and self.urls:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
+from agentrl.config.numbers import check_counts
+
 # docs/models.md says how to choose each.
 TOOL_FORMATS = ("qwen", "hermes", "llama3", "mistral")  # agentrl.models.tool_calls.PARSERS
 DTYPES = ("float32", "bfloat16")
@@ -81,6 +83,12 @@ class TinyModelConfig(ModelConfig):
     num_kv_heads: int = 2
     intermediate_size: int = 384
     max_position_embeddings: int = 2048
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts("model", self, ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                                     "intermediate_size", "max_position_embeddings"))
+        check_counts("model", self, ("seed",), minimum=0)
 
 
 @dataclass

@@ -33,6 +33,14 @@ def check_finite(prefix: str, obj: Any, names: Iterable[str], *, positive: bool 
             raise ValueError(f"{prefix}.{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
 
 
+def check_ports(prefix: str, obj: Any, names: Iterable[str]) -> None:
+    """Each `obj.<name>` is a TCP port, or 0 (a free one is picked)."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+            raise ValueError(f"{prefix}.{name} must be a port from 1 to 65535 (0: a free one), got {value!r}")
+
+
 def check_trainer_numbers(c: Any) -> None:
     """The keys every trainer has (`TrainerConfig`): steps and lr, and the eval and checkpoint cadence."""
     check_counts("trainer", c, ("steps", "keep_checkpoints"))

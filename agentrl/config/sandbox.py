@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentrl.config.numbers import check_counts, check_finite
+
 
 @dataclass
 class SandboxConfig:
@@ -26,3 +28,7 @@ class DockerSandboxConfig(SandboxConfig):
     # Seconds one Docker API call (create, start, inspect, remove) may wait for the daemon's reply before the daemon
     # counts as not answering: a frozen or wedged dockerd fails a reset after about this long, naming the daemon.
     docker_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        check_counts("sandbox", self, ("warm_pool",), minimum=0)
+        check_finite("sandbox", self, ("cpus", "docker_timeout"), positive=True)

@@ -24,9 +24,9 @@ from agentrl.inference.vllm_servers import (
 
 
 @pytest.mark.parametrize(("fields", "message"), [
-    ({"num_servers": 0}, "inference.num_servers must be >= 1"),
-    ({"kv_cache_gib": 0}, "inference.kv_cache_gib must be >= 1"),
-    ({"health_every_s": 0.0}, "inference.health_every_s must be > 0"),
+    ({"num_servers": 0}, "inference.num_servers must be an integer >= 1"),
+    ({"kv_cache_gib": 0}, "inference.kv_cache_gib must be an integer >= 1"),
+    ({"health_every_s": 0.0}, "inference.health_every_s must be a finite number > 0"),
     ({"dtype": "fp8"}, "inference.dtype must be one of"),
     ({"restart": True, "urls": ["http://gpu1:8000"]}, "inference.restart=true restarts servers agentrl launched"),
 ])
