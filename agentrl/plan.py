@@ -199,6 +199,14 @@ def check_model(cfg: DictConfig) -> list[str]:
 def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path, tracked: bool = False) -> Plan:
     """Instantiate the cheap objects (bundle, agent, reward; the tracker when `tracked`) and resolve the heavy ones
     (trainer, model, engine: a `ModelSource` and an `EngineFactory` make them when the trainer asks)."""
+    # The schemas' own checks (__post_init__: a key's range, trainer.loss and its companions, a choice Miles
+    # cannot apply) run on the composed values first (Hydra's overrides never construct the dataclass), so a bad
+    # number is refused naming its key before a bundle or agent is built with it.
+    try:
+        settings = typed_settings(cfg)
+        sampling = settings.trainer.sampling()
+    except ValueError as exc:
+        raise PlanError(str(exc)) from exc
     bundle, agent, reward = (build(cfg[group], group) for group in ("env", "agent", "reward"))
     # Trainers are constructed by run.py with the whole plan, so only their class is resolved here; the model
     # and the engine are made by the trainer, but a key their factories do not take fails now.
@@ -208,13 +216,6 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     if missing := missing_members(trainer_cls):
         raise PlanError(f"trainer._target_={cfg.trainer._target_} is not a trainer: it lacks {', '.join(missing)} "
                         "(agentrl.trainers.protocol.Trainer; inherit TrainerBase for the defaults)")
-    # The schemas' own checks (__post_init__: e.g. trainer.loss and its companions, or a choice Miles
-    # cannot apply) run on the composed values here: Hydra's overrides never construct the dataclass.
-    try:
-        settings = typed_settings(cfg)
-        sampling = settings.trainer.sampling()
-    except ValueError as exc:
-        raise PlanError(str(exc)) from exc
     # A backend's own refusals (e.g. a setting TRL lacks) fail here too, before anything starts.
     if problem := trainer_cls.plan_problem(settings):
         raise PlanError(problem)

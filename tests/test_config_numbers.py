@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.config.env import EnvServerConfig
+from agentrl.config.env import EnvServerConfig, OpenEnvEnvConfig, ReasoningGymEnvConfig
 from agentrl.config.evaluation import EvalConfig
 from agentrl.config.inference import EmbeddedInferenceConfig, SGLangInferenceConfig, VLLMInferenceConfig
 from agentrl.config.model import TinyModelConfig
@@ -75,6 +75,8 @@ def test_every_trainer_refuses_a_bad_common_key(schema: type, fields: dict, mess
     (EnvServerConfig, {"tool_timeout": NAN}, "env.server.tool_timeout must be a finite number > 0"),
     (EnvServerConfig, {"connect_timeout": -1.0}, "env.server.connect_timeout must be a finite number > 0"),
     (EnvServerConfig, {"port": 70000}, "env.server.port must be a port from 1 to 65535 (0: a free one)"),
+    (OpenEnvEnvConfig, {"step_timeout": NAN}, "env.step_timeout must be a finite number > 0, got nan"),
+    (ReasoningGymEnvConfig, {"curriculum_threshold": NAN}, "env.curriculum_threshold must be a finite number >= 0"),
     (EmbeddedInferenceConfig, {"max_batch_sequences": 0}, "inference.max_batch_sequences must be an integer >= 1"),
     (EmbeddedInferenceConfig, {"batch_wait_ms": NAN}, "inference.batch_wait_ms must be a finite number >= 0"),
     (EmbeddedInferenceConfig, {"max_body_bytes": 0}, "inference.max_body_bytes must be an integer >= 1"),

@@ -115,6 +115,9 @@ class OpenEnvEnvConfig(EnvConfig):
     # remote env are the warm start's demonstrations; its function name is the teacher (trainer.warm_start.teacher).
     teacher: str | None = None
 
+    def __post_init__(self) -> None:
+        check_finite("env", self, ("connect_timeout", "step_timeout", "room_timeout"), positive=True)
+
 
 @dataclass
 class ReasoningGymEnvConfig(EnvConfig):
@@ -135,6 +138,10 @@ class ReasoningGymEnvConfig(EnvConfig):
     curriculum_threshold: float | None = None
     curriculum_window: int = 64
     max_level: int = 10
+
+    def __post_init__(self) -> None:
+        if self.curriculum_threshold is not None:
+            check_finite("env", self, ("curriculum_threshold",))
 
 
 @dataclass
