@@ -60,6 +60,7 @@ def test_every_trainer_refuses_a_bad_common_key(schema: type, fields: dict, mess
     (GRPOTrainerConfig, {"clip_high": NAN}, "trainer.clip_high must be >= 0"),
     (TRLTrainerConfig, {"num_processes": 0}, "trainer.num_processes must be an integer >= 1"),
     (TRLTrainerConfig, {"grad_clip": -1.0}, "trainer.grad_clip must be a finite number > 0"),
+    (TRLTrainerConfig, {"main_process_port": 65536}, "trainer.main_process_port must be a port"),
     (SFTTrainerConfig, {"batch_samples": 0}, "trainer.batch_samples must be an integer >= 1"),
     (SFTTrainerConfig, {"generated": -5}, "trainer.generated must be an integer >= 0"),
     (MilesTrainerConfig, {"tensor_parallel": 0}, "trainer.tensor_parallel must be an integer >= 1"),

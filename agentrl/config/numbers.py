@@ -49,3 +49,13 @@ def check_trainer_numbers(c: Any) -> None:
     check_finite("trainer", c, ("lr",), positive=True)
     if c.eval_limit is not None:
         check_counts("trainer", c, ("eval_limit",), meaning=" (or null: the whole eval split)")
+
+
+def check_rl_numbers(c: Any, counts: Iterable[str] = (), zero_ok: Iterable[str] = ()) -> None:
+    """An RL trainer's keys (grpo, trl): `check_trainer_numbers`, the batch shape, threads and the optimizer's
+    rates, and the trainer's own `counts` (>= 1) and `zero_ok` (>= 0)."""
+    check_trainer_numbers(c)
+    check_counts("trainer", c, ("prompts_per_step", "samples_per_prompt", "micro_batch_samples", *counts))
+    check_counts("trainer", c, ("threads", *zero_ok), minimum=0)
+    check_finite("trainer", c, ("grad_clip",), positive=True)
+    check_finite("trainer", c, ("weight_decay",))

@@ -8,7 +8,13 @@ from typing import Any
 
 from omegaconf import II, MISSING
 
-from agentrl.config.numbers import check_counts, check_finite, check_trainer_numbers
+from agentrl.config.numbers import (
+    check_counts,
+    check_finite,
+    check_ports,
+    check_rl_numbers,
+    check_trainer_numbers,
+)
 from agentrl.config.sampling import Sampling
 from agentrl.config.staleness import check_retired_overlap, check_staleness
 
@@ -265,12 +271,7 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
     threads: int = 0  # torch CPU threads for the GRPO loop (after the warm start); 0: torch's default
 
     def __post_init__(self) -> None:
-        check_trainer_numbers(self)
-        check_counts("trainer", self, ("prompts_per_step", "samples_per_prompt", "micro_batch_samples",
-                                       "max_drops_in_a_row"))
-        check_counts("trainer", self, ("max_extra_rows", "threads"), minimum=0)
-        check_finite("trainer", self, ("grad_clip",), positive=True)
-        check_finite("trainer", self, ("weight_decay",))
+        check_rl_numbers(self, counts=("max_drops_in_a_row",), zero_ok=("max_extra_rows",))
         check_algorithm(self)
         for name in ("epochs", "mini_batches"):
             if int(getattr(self, name)) < 1:
@@ -424,12 +425,8 @@ class TRLTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConfi
     extra_args: dict[str, Any] = field(default_factory=dict)  # more GRPOConfig fields, verbatim (names checked)
 
     def __post_init__(self) -> None:
-        check_trainer_numbers(self)
-        check_counts("trainer", self, ("prompts_per_step", "samples_per_prompt", "micro_batch_samples",
-                                       "num_processes"))
-        check_counts("trainer", self, ("threads", "main_process_port"), minimum=0)
-        check_finite("trainer", self, ("grad_clip",), positive=True)
-        check_finite("trainer", self, ("weight_decay",))
+        check_rl_numbers(self, counts=("num_processes",))
+        check_ports("trainer", self, ("main_process_port",))
         check_retired_overlap(self)
         DependencyWatchConfig.__post_init__(self)
         self.check_lr_schedule()
