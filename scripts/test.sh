@@ -31,6 +31,6 @@ fi
 # The venv's bin first on PATH: tests and scripts that call `python3` or console scripts get the venv's.
 export PATH="$(cd "$VENV/bin" && pwd):$PATH" VIRTUAL_ENV="$(cd "$VENV" && pwd)"
 "$VENV/bin/lint-imports"  # the import layers (pyproject [tool.importlinter], docs/architecture.md)
-# Two workers on a 2-core box: most tests wait on subprocesses and servers, so the suite takes ~0.75x (46 -> 35 min
+# Two workers on a 2-core box: most tests wait on subprocesses and servers, so the suite takes ~0.6x (46 -> 26 min
 # measured, benchmarks/RESULTS.md "The suite's time").
 exec "$PY" -m pytest -q -n "${AGENTRL_TEST_WORKERS:-2}" --dist loadfile "$@"
