@@ -123,6 +123,16 @@ def identity(config: dict[str, Any], choices: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def trainer_changes(record: dict[str, Any], settings: RunConfig) -> list[str]:
+    """`trainer.key: saved -> now` for every trainer key (but the resume's own) set otherwise than in a checkpoint's
+    record: what a resume may change (steps to extend a run, a new lr), which the run's MLflow params cannot show."""
+    saved = _flatten((record.get("config") or {}).get("trainer") or {}, "trainer")
+    now = _flatten(settings_dict(settings).get("trainer") or {}, "trainer")
+    own = {"trainer.resume", "trainer.resume_force", "trainer._target_"}
+    return [f"{key}: {saved.get(key, '<absent>')} -> {now.get(key, '<absent>')}"
+            for key in sorted((set(saved) | set(now)) - own) if saved.get(key) != now.get(key)]
+
+
 def differences(record: dict[str, Any], settings: RunConfig, choices: dict[str, Any]) -> list[str]:
     """`key: saved -> now` for every identity key that differs between a checkpoint's record and `settings`."""
     saved = identity(record.get("config") or {}, record.get("choices") or {})
@@ -141,6 +151,9 @@ class ResumeTarget:
     run_id: str | None = None
     searched: str = ""  # where `latest` looked
     forced: tuple[str, ...] = ()  # the differences trainer.resume_force=true let through
+    # trainer keys set otherwise than the checkpoint's run had them (its schedule: steps, lr, ...): allowed, and
+    # tagged, since the reopened run's params keep their first values
+    changed: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line for the plan: exactly what a run of this config resumes."""
@@ -150,6 +163,8 @@ class ResumeTarget:
         line = f"{self.checkpoint} (step {self.step}; continues at step {int(self.step or 0) + 1}) into {run}"
         if self.forced:
             line += f"; forced past {len(self.forced)} differences: {'; '.join(self.forced)}"
+        if self.changed:
+            line += f"; with trainer keys changed: {'; '.join(self.changed)}"
         return line
 
     def tags(self) -> dict[str, str]:
@@ -158,6 +173,8 @@ class ResumeTarget:
                 "agentrl.resume.forced": str(bool(self.forced)).lower()}
         if self.forced:
             tags["agentrl.resume.differences"] = "; ".join(self.forced)
+        if self.changed:
+            tags["agentrl.resume.trainer_changes"] = "; ".join(self.changed)
         return tags
 
 
@@ -252,5 +269,6 @@ def resolve_resume(settings: RunConfig, choices: dict[str, Any], kind: str) -> R
         raise ResumeError(f"trainer.resume={asked}: checkpoint {folder} was made with a different config: "
                           f"{'; '.join(diffs)}. Resume with the same settings, or set trainer.resume_force=true "
                           "(the run's params keep their old values; the differences are tagged on the run)")
+    changed = trainer_changes(record, settings) if record is not None else []
     return ResumeTarget(asked, folder, step=checkpoint_step(folder, kind), run_id=_run_id_of(folder, kind),
-                        forced=tuple(diffs))
+                        forced=tuple(diffs), changed=tuple(changed))

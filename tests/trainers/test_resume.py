@@ -99,6 +99,8 @@ def test_grpo_resume_by_run_id_and_folder_and_a_mismatch_is_refused(tmp_path: Pa
     assert run.data.params["env/prompt_style"] == "compact"  # the recipe's, as the run started
     assert run.data.tags["agentrl.resume.forced"] == "true"
     assert 'env.prompt_style: "compact" -> "full"' in run.data.tags["agentrl.resume.differences"]
+    # the schedule it was extended to: allowed, and on the run, since its params keep the first run's
+    assert run.data.tags["agentrl.resume.trainer_changes"] == "trainer.steps: 3 -> 4"
     steps = sorted(m.step for m in _client(home).get_metric_history(first, "train/reward"))
     assert steps == [1, 2, 3, 4]
     assert "resume-step-3/config_resolved.yaml" in [a.path for a in _client(home).list_artifacts(first, "resume-step-3")]
@@ -127,3 +129,17 @@ def test_trl_resumes_from_its_own_checkpoint(tmp_path: Path) -> None:
     assert [r.info.run_id for r in _real_runs(home)] == [first]
     assert sorted(m.step for m in client.get_metric_history(first, "train/reward")) == [1, 2]
     assert sorted(m.step for m in client.get_metric_history(first, "eval/reward")) == [0, 1, 2]
+
+
+def test_trainer_changes_name_the_schedule_a_resume_changed_and_not_its_own_keys() -> None:
+    from agentrl.config.schema import settings_dict
+    from agentrl.plan import typed_settings
+    from agentrl.testing.config import compose_config
+    from agentrl.trainers.resume import trainer_changes
+
+    before = typed_settings(compose_config("+recipe=gridsim_grpo", "trainer.steps=100"))
+    record = {"config": settings_dict(before), "choices": {}}
+    now = typed_settings(compose_config("+recipe=gridsim_grpo", "trainer.steps=200", "trainer.lr=1e-5",
+                                        "trainer.resume=latest", "trainer.resume_force=true"))
+    assert trainer_changes(record, now) == ["trainer.lr: 5e-05 -> 1e-05", "trainer.steps: 100 -> 200"]
+    assert trainer_changes(record, before) == []
