@@ -200,7 +200,9 @@ class ProcessEngine:
         self._proc.join(timeout)
         if self._proc.is_alive():
             self._proc.kill()
-            self._proc.join(5)
+            # SIGKILL cannot be refused, but on a loaded box tearing down a torch process can take longer than a
+            # few seconds (CI met 5 s): wait for it, so a closed engine's child is gone, as the caller was told
+            self._proc.join(60)
         self._conn.close()
 
     def __enter__(self) -> ProcessEngine:
