@@ -95,6 +95,7 @@ def first_unknown_key(cfg: DictConfig, dotted: str) -> tuple[str, type] | None:
 
 _NOT_OVERRIDDEN = re.compile(r"Could not override '([^']+)'")
 
+
 def install_compose_check() -> None:
     """Run check_typed_keys whenever Hydra composes a config (so `--cfg job` refuses too, not only a run).
 
