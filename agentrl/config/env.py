@@ -58,7 +58,7 @@ class EnvServerConfig:
 @dataclass
 class EnvConfig:
     _target_: str = "agentrl.envs.bundles.load_bundle"
-    # A bundle name shipped with agentrl (gridsim, arith) or a path to a bundle folder.
+    # A bundle name shipped with agentrl (gridsim, arith, calc) or a path to a bundle folder.
     bundle: str = MISSING
     train_split: str = "train"
     eval_split: str = "eval"
@@ -82,6 +82,13 @@ class ArithEnvConfig(EnvConfig):
     data_file: str | None = None
     prompt_key: str = "prompt"
     label_key: str = "label"
+
+
+@dataclass
+class CalcEnvConfig(EnvConfig):
+    """Arithmetic through a calculator tool (agentrl/envs/calc): calculate, then submit_answer."""
+
+    bundle: str = "calc"
 
 
 @dataclass

@@ -14,7 +14,8 @@ from agentrl.config.validate import install_compose_check
 
 # group -> option -> schema. Each conf/<group>/<option>.yaml extends /schema/<group>/<option>.
 SCHEMAS: dict[str, dict[str, type]] = {
-    "env": {"gridsim": env.GridSimEnvConfig, "arith": env.ArithEnvConfig, "custom": env.EnvConfig,
+    "env": {"gridsim": env.GridSimEnvConfig, "arith": env.ArithEnvConfig, "calc": env.CalcEnvConfig,
+            "custom": env.EnvConfig,
             "openenv": env.OpenEnvEnvConfig, "reasoning_gym": env.ReasoningGymEnvConfig,
             "textarena": env.TextArenaEnvConfig, "mix": env_mix.MixEnvConfig},
     "agent": {
