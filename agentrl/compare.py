@@ -6,8 +6,10 @@ seed), averaged task by task, as the seed-mean claims in benchmarks/RESULTS.md a
 per-task mean difference ± its standard error, the tasks won, lost and tied, and the same by each breakdown fact
 the files carry (e.g. GridSim's battery duration). Refuses two results whose task sets differ.
 
-A task's score is the mean of its samples' scores; with `--score majority`, the score of the answer most of its
-samples gave (self-consistency: one agent given k samples a task, e.g. as many model tokens as a multi-agent
+A sample is measured by its grade, the environment's own (`--measure grade`, the default), or by the reward
+group's episode score that `eval/reward` averages (`--measure reward`; under reward=rubric the rubric's total);
+files written before samples carried a grade hold only the score, which stands in for it. A task's score is the
+mean of its samples'; with `--score majority`, that of the answer most of its samples gave (self-consistency: one agent given k samples a task, e.g. as many model tokens as a multi-agent
 play spends; `eval/maj_at_<k>` in MLflow).
 """
 
@@ -27,6 +29,8 @@ from agentrl.tracking.uri import resolve_tracking_uri
 from agentrl.trainers.eval_results import EvalResultsError, majority_score, read_results, task_score
 
 SCORERS = {"mean": task_score, "majority": majority_score}
+# `--measure` -> the sample field it reads (eval_results.MEASURES): eval/reward averages each sample's `score`.
+MEASURE_FIELDS = {"grade": "grade", "reward": "score"}
 
 
 class CompareError(ValueError):
@@ -84,19 +88,22 @@ def average(parts: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> tuple[s
     return f"the mean of {len(parts)} ({'; '.join(label for label, _ in parts)})", merged
 
 
-def scored(records: Sequence[Mapping[str, Any]], score: str) -> list[dict[str, Any]]:
+def scored(records: Sequence[Mapping[str, Any]], score: str, measure: str = "grade") -> list[dict[str, Any]]:
     """The records with each task's samples replaced by one sample holding the task's score under `score`
-    (`SCORERS`), which is then every later step's task score."""
-    return [{**r, "samples": [{"score": SCORERS[score](r)}]} for r in records]
+    (`SCORERS`) of each sample's `measure` (`MEASURE_FIELDS`), which is then every later step's task score."""
+    field = MEASURE_FIELDS[measure]
+    return [{**r, "samples": [{"score": SCORERS[score](r, measure=field)}]} for r in records]
 
 
-def load_side(spec: str, tracking_uri: str, scratch: Path, score: str = "mean") -> tuple[str, list[dict[str, Any]]]:
+def load_side(spec: str, tracking_uri: str, scratch: Path, score: str = "mean",
+              measure: str = "grade") -> tuple[str, list[dict[str, Any]]]:
     """One side of the comparison: a source, or several joined by commas, averaged task by task; each task
-    scored as `score` says (`SCORERS`) before the average."""
+    scored as `score` says (`SCORERS`) on its samples' `measure` before the average."""
     sources = [s for s in spec.split(",") if s]
     if not sources:
         raise CompareError(f"{spec!r}: no results named")
-    parts = [(label, scored(records, score)) for label, records in (load(s, tracking_uri, scratch) for s in sources)]
+    parts = [(label, scored(records, score, measure))
+             for label, records in (load(s, tracking_uri, scratch) for s in sources)]
     return parts[0] if len(parts) == 1 else average(parts)
 
 
@@ -116,12 +123,13 @@ def pair(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, labe
     return paired_diff(sa, sb), by, sa, sb
 
 
-def report(label_a: str, label_b: str, a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> str:
-    """The comparison as printed: each side's mean ± se, then A - B overall and by breakdown value."""
+def report(label_a: str, label_b: str, a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]],
+           measure: str = "grade") -> str:
+    """The comparison as printed: each side's mean `measure` ± se, then A - B overall and by breakdown value."""
     overall, by, sa, sb = pair(a, b, labels=(label_a, label_b))
     (ma, sea), (mb, seb) = mean_se(sa), mean_se(sb)
-    lines = [f"A  {label_a}: {ma:.4f} ± {sea:.4f} over {len(sa)} tasks",
-             f"B  {label_b}: {mb:.4f} ± {seb:.4f} over {len(sb)} tasks",
+    lines = [f"A  {label_a}: {ma:.4f} ± {sea:.4f} over {len(sa)} tasks ({measure})",
+             f"B  {label_b}: {mb:.4f} ± {seb:.4f} over {len(sb)} tasks ({measure})",
              f"A - B, paired by task: {overall.line()}"]
     lines += [f"  {name}: {d.line()}" for name, d in by.items()]
     return "\n".join(lines)
@@ -136,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--score", choices=sorted(SCORERS), default="mean",
                         help="a task's score: the mean of its samples' (default), or the score of the answer most "
                              "of them gave (majority vote, both sides)")
+    parser.add_argument("--measure", choices=sorted(MEASURE_FIELDS), default="grade",
+                        help="what a sample is measured by: the environment's own grade (default), or the reward "
+                             "group's score that eval/reward averages (under reward=rubric the rubric's total)")
     parser.add_argument("--tracking-uri", default=None,
                         help="the MLflow store run ids are read from (default: $MLFLOW_TRACKING_URI, else the "
                              "project's outputs/mlflow.db)")
@@ -143,10 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     uri = resolve_tracking_uri(args.tracking_uri, project_root() / "outputs")
     try:
         with tempfile.TemporaryDirectory(prefix="agentrl-compare-") as scratch:
-            (la, a), (lb, b) = (load_side(s, uri, Path(scratch), args.score) for s in (args.a, args.b))
+            (la, a), (lb, b) = (load_side(s, uri, Path(scratch), args.score, args.measure) for s in (args.a, args.b))
             if args.score != "mean":
                 la, lb = f"{la}, {args.score} vote", f"{lb}, {args.score} vote"
-            print(report(la, lb, a, b), flush=True)
+            print(report(la, lb, a, b, args.measure), flush=True)
     except (CompareError, EvalResultsError, RunLookupError) as err:
         raise SystemExit(f"agentrl compare: {err}") from None
     return 0

@@ -214,6 +214,7 @@ class CoEvolutionAgent:
         judge.holds_outcome, judge.details["selected"] = True, picked
         # The selector is scored by the rewrite it picked; nothing picked: nothing scored.
         judge.scores = dict(rewrites[picked].scores or {}) if picked is not None else None
+        judge.env_reward = rewrites[picked].env_reward if picked is not None else None  # its grade, too
         rollouts = solvers + rewriters + [judge]
         if picked is None:
             return early_exit(rollouts)

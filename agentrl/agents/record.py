@@ -49,6 +49,10 @@ class Failure(enum.StrEnum):
             return cls.ENV_ERROR
 
 
+# Failures of the reward group's own step (a score it cannot use, its LLM judge), after the env graded the episode:
+# they zero the shaped score, not the env's grade.
+REWARD_FAILURES = frozenset({Failure.NO_REWARD, Failure.JUDGE_ERROR})
+
 # The policy's own doing, not the infrastructure's: a reply past max_response_tokens, a conversation past
 # max_context_tokens, a task left unfinished at max_turns. Dropping their groups (`trainer.model_failures=drop`)
 # hides them from the gradient, so nothing pushes against them and they can grow unchecked; `penalize` keeps
@@ -121,6 +125,19 @@ class Rollout:
         """Flag the rollout (the first failure wins: later ones are its consequences)."""
         if self.failure is None:
             self.failure, self.error = Failure(failure), error[:1000]
+
+    @property
+    def grade(self) -> float:
+        """The environment's own grade of the episode, whatever the reward group makes of it: its reward (else its
+        one score, else the mean of its scores); 0 when it scored nothing or the play failed before it was graded.
+        Under reward=env_score it equals `score`; under reward=rubric `score` is the rubric's total."""
+        if self.failure is not None and self.failure not in REWARD_FAILURES:
+            return 0.0
+        if self.env_reward is not None:
+            return float(self.env_reward)
+        if not self.scores:
+            return 0.0
+        return sum(float(v) for v in self.scores.values()) / len(self.scores)
 
     @property
     def model_tokens(self) -> int:

@@ -4,8 +4,8 @@ The mix's train split holds `train_size` rows (default: its groups' train tasks 
 weight's share of them (largest remainder), with its own train tasks in a seeded order (cycled when the share is
 larger), and the rows are interleaved in a seeded order. A trainer's uniform draw over the split (`RowStream`)
 then draws each group in proportion, exactly so over an epoch. The eval split takes every group's eval tasks in
-turn (the first of each, then the second, ...), so `trainer.eval_limit` keeps the same share of each group and
-each group's eval tasks are its own eval split's first ones.
+turn (the first of each, then the second, ...); an eval of N tasks (`trainer.eval_limit`) is stratified by group
+(`eval_strata`), so it keeps each group's share, its tasks spread over the group's eval split.
 
 Every task carries its group as the fact `bundle`, its task id is `<group>/<the bundle's task id>`, and the episode
 is the group's bundle's own: the reward is that bundle's grade. `eval_breakdown` and `train_breakdown` turn the fact
@@ -70,6 +70,7 @@ class MixBundle(Bundle):
     name = "mix"
     version = "1"
     train_breakdown = PER_GROUP
+    eval_strata = BUNDLE_FACT
 
     def __init__(self, groups: list[dict[str, Any]], *, train_size: int | None = None, seed: int = 0,
                  train_split: str = "train", eval_split: str = "eval") -> None:

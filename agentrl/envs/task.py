@@ -125,6 +125,10 @@ class Bundle(ABC):
     # its values are averaged under, `{}` standing for the value. GridSim: {"duration_h": "reward_{}h"} gives
     # eval/reward_1h, eval/reward_2h, eval/reward_4h. Empty: the mean only.
     eval_breakdown: dict[str, str] = {}
+    # The task fact (a `TaskInfo.extra` key) an eval of N tasks is stratified over, so that N of a split keep the
+    # split's shares of each kind (`trainers/eval_subset.py`); GridSim: "duration_h". None: N spread evenly over
+    # the split's indices.
+    eval_strata: str | None = None
     # The same for the train reward (`train/<name>`, each rollout's trained reward): env=mix breaks it down by the
     # group a row came from, {"bundle": "reward/{}"} -> train/reward/<group>. Empty: the mean only.
     train_breakdown: dict[str, str] = {}

@@ -32,7 +32,8 @@ def prompt_of(row: Mapping[str, Any]) -> str:
 
 def sample_record(r: Rollout) -> dict[str, Any]:
     """One sample of a task: its score (what evals read), trained reward, counts, final answer and failure."""
-    out: dict[str, Any] = {"score": r.score, "reward": r.reward, "completion_tokens": r.completion_tokens,
+    out: dict[str, Any] = {"score": r.score, "grade": r.grade, "reward": r.reward,
+                           "completion_tokens": r.completion_tokens,
                            "turns": r.turns, "tool_calls": r.tool_calls, "invalid_calls": r.invalid_calls,
                            "answer": r.answer, "failure": r.failure.value if r.failure else None}
     if r.details:  # pattern-specific facts (a judged play's selection, ...), when JSON can hold them
@@ -57,21 +58,35 @@ def task_records(per_task: Sequence[Sequence[Rollout]], breakdown: Mapping[str, 
     return records
 
 
-def task_score(record: Mapping[str, Any]) -> float:
-    """A task's score: the mean of its samples' scores."""
-    scores = [float(s["score"]) for s in record["samples"]]
+# What a sample is measured by: `grade` (the env's own grade, the default everywhere it is compared) or `score`
+# (the reward group's episode score: what eval/reward averages; under reward=rubric the rubric's total).
+MEASURES = ("grade", "score")
+
+
+def sample_value(sample: Mapping[str, Any], measure: str = "grade") -> float:
+    """A sample's `measure` (`MEASURES`). Files written before samples carried a grade hold only `score`, which
+    was the grade under every reward but rubric: it stands in."""
+    if measure not in MEASURES:
+        raise ValueError(f"measure must be one of {MEASURES}, not {measure!r}")
+    value = sample.get(measure)
+    return float(sample["score"] if value is None else value)
+
+
+def task_score(record: Mapping[str, Any], measure: str = "grade") -> float:
+    """A task's score: the mean of its samples' `measure` (the env's grade by default)."""
+    scores = [sample_value(s, measure) for s in record["samples"]]
     return sum(scores) / len(scores)
 
 
 def pass_metrics(records: Sequence[Mapping[str, Any]], pass_score: float, prefix: str) -> dict[str, float]:
     """`<prefix>/pass_at_<k>` (pass@k) for k = 1 .. the fewest samples a task has: the mean over tasks of the
-    unbiased pass@k, a sample passing when its score >= `pass_score`."""
+    unbiased pass@k, a sample passing when its grade (the env's) >= `pass_score`."""
     if not records:
         return {}
     n_min = min(len(r["samples"]) for r in records)
     out = {}
     for k in range(1, n_min + 1):
-        values = [pass_at_k(len(r["samples"]), sum(float(s["score"]) >= pass_score for s in r["samples"]), k)
+        values = [pass_at_k(len(r["samples"]), sum(sample_value(s) >= pass_score for s in r["samples"]), k)
                   for r in records]
         out[f"{prefix}/pass_at_{k}"] = sum(values) / len(values)
     return out
@@ -96,15 +111,15 @@ def _integral(text: str) -> float | int:
     return int(value) if value.is_integer() else value
 
 
-def majority_score(record: Mapping[str, Any], n: int | None = None) -> float:
+def majority_score(record: Mapping[str, Any], n: int | None = None, measure: str = "grade") -> float:
     """A task's majority-vote score (self-consistency, Wang et al. 2022) over its first `n` samples (all when
-    None): the score of the answer most of them gave. Samples with a failure or no answer do not vote; a tie goes
+    None): the `measure` (the env's grade by default) of the answer most of them gave. Samples with a failure or no answer do not vote; a tie goes
     to the tied answer given first (never to the better-scored one: the vote sees no grades); no vote scores 0."""
     votes: dict[str, list[float]] = {}
     for s in record["samples"][:n]:
         if s.get("failure") or not str(s.get("answer") or "").strip():
             continue
-        votes.setdefault(answer_key(s["answer"]), []).append(float(s["score"]))
+        votes.setdefault(answer_key(s["answer"]), []).append(sample_value(s, measure))
     if not votes:
         return 0.0
     most = max(len(v) for v in votes.values())
@@ -126,10 +141,11 @@ def majority_metrics(records: Sequence[Mapping[str, Any]], prefix: str) -> dict[
 
 
 def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The eval table: one row per sample (task id, sample, prompt, completion, tool calls, score, reward)."""
+    """The eval table: one row per sample (task id, sample, prompt, completion, tool calls, grade, score,
+    reward)."""
     return [{"task_id": r["task_id"], "split": r["split"], "sample": j, "prompt": r["prompt"],
              "completion": s["answer"], "tool_calls": s["tool_calls"], "invalid_calls": s["invalid_calls"],
-             "score": s["score"], "reward": s["reward"], "completion_tokens": s["completion_tokens"],
+             "grade": sample_value(s), "score": s["score"], "reward": s["reward"], "completion_tokens": s["completion_tokens"],
              "failure": s["failure"] or ""}
             for r in records for j, s in enumerate(r["samples"])]
 

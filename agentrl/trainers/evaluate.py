@@ -2,7 +2,9 @@
 
 A task's eval reward is the score of its play's outcome (`outcome_of`): the one rollout of a tool-calling play;
 for a judged play (co-evolution) the selected answer's score, unweighted, and 0 when the play exited before
-selecting. Eval reads `Rollout.score`, never the trained (weighted) `reward`. Plays with several roles also
+selecting. Eval reads `Rollout.score`, never the trained (weighted) `reward`; beside it `<prefix>/grade` is the
+env's own grade of the same outcomes (`Rollout.grade`), which means the same under every reward choice (under
+reward=rubric `<prefix>/reward` is the rubric's total). Plays with several roles also
 report each role's mean score (`eval/reward_<role>`, e.g. the solvers' own mean).
 Each evaluation prints one line as it ends (`eval_line`), so a run's progress shows without MLflow, and hands
 its per-task records (`eval_results`) to a sink that writes `evals/<name>.jsonl` and logs the eval table.
@@ -15,7 +17,7 @@ import dataclasses
 import math
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,13 +30,8 @@ from agentrl.interrupts import swallowed_point
 from agentrl.rewards import rubric_metrics
 from agentrl.trainers.episode_traces import TraceAs
 from agentrl.trainers.eval_results import majority_metrics, pass_metrics, task_records
+from agentrl.trainers.eval_subset import eval_indices, eval_subset  # noqa: F401 - eval_indices: its old home
 from agentrl.trainers.rollout import make_row
-
-
-def eval_indices(bundle: Any, split: str, limit: int | None) -> list[int]:
-    """The first `limit` task indices of `split` (all when limit is None)."""
-    count = bundle.splits()[split]
-    return list(range(count if limit is None else min(int(limit), count)))
 
 
 def outcome_of(group: Sequence[Rollout]) -> Rollout:
@@ -46,7 +43,7 @@ def outcome_of(group: Sequence[Rollout]) -> Rollout:
     holder = next((r for r in group if r.holds_outcome), None)
     if holder is not None and not holder.early_exit:
         return holder
-    return dataclasses.replace(holder or group[0], score=0.0, reward=0.0)
+    return dataclasses.replace(holder or group[0], score=0.0, reward=0.0, env_reward=None, scores=None)
 
 
 def role_metrics(groups: Sequence[Sequence[Rollout]], prefix: str) -> dict[str, float]:
@@ -82,12 +79,63 @@ def reward_metrics(played: list[Rollout], prefix: str, breakdown: Mapping[str, s
     return out
 
 
-def eval_line(metrics: Mapping[str, float], seconds: float, *, prefix: str = "eval", step: int | None = None) -> str:
-    """One line for an evaluation: step, mean reward ± its standard error, zero share, tasks' seconds."""
+def _mean_se(values: Sequence[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / max(n - 1, 1) / n)
+
+
+def play_metrics(played: Sequence[Rollout], plays: Sequence[Sequence[Rollout]], prefix: str) -> dict[str, float]:
+    """What the plays did, whatever the reward makes of it: `<prefix>/grade` (the env's own grade of each outcome,
+    `Rollout.grade`) and its standard error; `<prefix>/tool_call_rate` (the share of plays with a valid tool call)
+    and `<prefix>/tool_calls_per_play`; `<prefix>/failure_share` and `<prefix>/failure/<kind>` (the share of
+    outcomes flagged with each `Failure` kind that occurred)."""
+    if not played:
+        return {}
+    grade, grade_se = _mean_se([r.grade for r in played])
+    out = {f"{prefix}/grade": grade, f"{prefix}/grade_stderr": grade_se}
+    if plays:
+        out[f"{prefix}/tool_call_rate"] = sum(any(r.tool_calls for r in p) for p in plays) / len(plays)
+        out[f"{prefix}/tool_calls_per_play"] = sum(r.tool_calls for p in plays for r in p) / len(plays)
+    kinds = Counter(r.failure.value for r in played if r.failure is not None)
+    out[f"{prefix}/failure_share"] = sum(kinds.values()) / len(played)
+    out.update({f"{prefix}/failure/{kind}": n / len(played) for kind, n in sorted(kinds.items())})
+    return out
+
+
+def _differs(metrics: Mapping[str, float], a: str, b: str) -> bool:
+    return a in metrics and b in metrics and abs(metrics[a] - metrics[b]) > 1e-9
+
+
+def eval_line(metrics: Mapping[str, float], seconds: float, *, prefix: str = "eval", step: int | None = None,
+              subset: str = "") -> str:
+    """One line for an evaluation: step, the mean grade ± its standard error (and the shaped eval/reward when a
+    reward group makes it differ), zero share, tool-call rate, failures, which tasks (`subset`), seconds."""
     at = f"step {step} " if step is not None else ""
-    return (f"{at}{prefix}/reward {metrics.get(f'{prefix}/reward', float('nan')):.3f} "
-            f"± {metrics.get(f'{prefix}/reward_stderr', float('nan')):.3f}, "
-            f"zero share {metrics.get(f'{prefix}/zero_share', float('nan')):.2f}, {seconds:.1f} s")
+    nan = float("nan")
+    first = "grade" if f"{prefix}/grade" in metrics else "reward"
+    parts = [f"{at}{prefix}/{first} {metrics.get(f'{prefix}/{first}', nan):.3f} "
+             f"± {metrics.get(f'{prefix}/{first}_stderr', nan):.3f}"]
+    if first == "grade" and _differs(metrics, f"{prefix}/grade", f"{prefix}/reward"):
+        parts.append(f"{prefix}/reward {metrics[f'{prefix}/reward']:.3f} (the reward group's)")
+    parts.append(f"zero share {metrics.get(f'{prefix}/zero_share', nan):.2f}")
+    if f"{prefix}/tool_call_rate" in metrics:
+        parts.append(f"tool calls in {metrics[f'{prefix}/tool_call_rate']:.0%} of plays")
+    if failures := failure_note(metrics, prefix):
+        parts.append(failures)
+    if subset:
+        parts.append(subset)
+    return f"{', '.join(parts)}, {seconds:.1f} s"
+
+
+def failure_note(metrics: Mapping[str, float], prefix: str = "eval") -> str:
+    """`failed 12% (truncated 10%, max_turns 2%)`, or "" when no play failed."""
+    share = metrics.get(f"{prefix}/failure_share", 0.0)
+    if not share:
+        return ""
+    head = f"{prefix}/failure/"
+    kinds = sorted(((v, k[len(head):]) for k, v in metrics.items() if k.startswith(head)), reverse=True)
+    return f"failed {share:.0%} ({', '.join(f'{kind} {v:.0%}' for v, kind in kinds)})"
 
 
 # A step's progress line: (metric, label, format) of what it shows when the step logged it.
@@ -147,8 +195,8 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
     progress bar) unless `quiet`.
     """
     started = time.monotonic()
-    rows = [make_row(bundle, split, i, services.env_url, services.env_settings)
-            for i in eval_indices(bundle, split, limit)]
+    subset = eval_subset(bundle, split, limit)
+    rows = [make_row(bundle, split, i, services.env_url, services.env_settings) for i in subset.indices]
     per_row = play_tasks(services, rows, samples=samples, sampling=sampling, seed_parts=(*seed_parts, prefix),
                          chunk=chunk, progress=progress, trace_as=TraceAs(prefix, step or 0))
     every = [play for plays in per_row for play in plays if play]
@@ -156,6 +204,7 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
     played = [r for per_task in outcomes for r in per_task]
     breakdown = bundle.eval_breakdown
     metrics = reward_metrics(played, prefix, breakdown)
+    metrics.update(play_metrics(played, every, prefix))
     metrics.update(role_metrics(every, prefix))
     metrics.update(rubric_metrics(played, prefix))  # reward=rubric: eval/rubric/<part>
     records = task_records(outcomes, breakdown, step)
@@ -166,7 +215,8 @@ def evaluate(services: Any, bundle: Any, split: str, *, limit: int | None, sampl
         name = prefix.replace("/", "-")
         sink(name if step is None else f"{name}-step-{step}", records)
     if not quiet:  # above any progress bar, and at once even when stdout is a pipe
-        tqdm.write(eval_line(metrics, time.monotonic() - started, prefix=prefix, step=step), file=sys.stdout)
+        tqdm.write(eval_line(metrics, time.monotonic() - started, prefix=prefix, step=step, subset=subset.note),
+                   file=sys.stdout)
         sys.stdout.flush()
     return metrics, played
 

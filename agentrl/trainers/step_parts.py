@@ -87,10 +87,12 @@ def breakdown_means(rollouts: Sequence[Rollout], prefix: str, breakdown: Mapping
 
 def rollout_metrics(seen: list[Rollout], breakdown: Mapping[str, str] | None = None) -> dict[str, float]:
     """A step's rollout metrics: train reward (also by the bundle's `train_breakdown`, e.g. env=mix's
-    train/reward/<group>), flagged shares by failure, invalid calls, model tokens."""
+    train/reward/<group>), the env's own grade (`train/grade`, whatever the reward group makes of it), flagged
+    shares by failure, invalid calls, model tokens."""
     n = max(len(seen), 1)
     flagged = Counter(r.failure.value for r in seen if r.failure is not None)
-    metrics = {"train/reward": sum(r.reward for r in seen) / n, "rollout/flagged": sum(flagged.values()) / n,
+    metrics = {"train/reward": sum(r.reward for r in seen) / n, "train/grade": sum(r.grade for r in seen) / n,
+               "rollout/flagged": sum(flagged.values()) / n,
                "rollout/invalid_tool_calls": sum(r.invalid_calls for r in seen) / n,
                "rollout/model_tokens": float(sum(r.model_tokens for r in seen))}
     metrics.update({f"rollout/flagged/{k}": v / n for k, v in flagged.items()})

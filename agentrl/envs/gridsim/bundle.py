@@ -31,6 +31,7 @@ class GridSimBundle(FolderBundle):
     # The scores an episode reports (reward=rubric checks a Score's name against them when the plan is built).
     score_names = ("grade",)
     eval_breakdown = {"duration_h": "reward_{}h"}  # a battery's hours of storage: 1h, 2h, 4h
+    eval_strata = "duration_h"  # the eval split is stored in blocks of one duration
 
     def __init__(self, folder: Any, manifest: dict[str, Any], **kwargs: Any) -> None:
         days = kwargs.get("generated_days", 0)

@@ -116,6 +116,7 @@ class ReasoningGymBundle(Bundle):
     # The scores an episode reports (reward=rubric checks a Score's name against them when the plan is built).
     score_names = ("correct",)
     eval_breakdown = {"dataset": "reward_{}"}  # eval/reward_<dataset>
+    eval_strata = "dataset"
 
     def __init__(self, datasets: Any = None, *, train_size: int = 256, eval_size: int = 64,
                  seed: int = 0, level: int | None = None, answer_mode: str = "tool",

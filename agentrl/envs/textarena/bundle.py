@@ -140,6 +140,7 @@ class TextArenaBundle(Bundle):
     # SFT demonstrations: a seat playing random listed moves (the format, not skill); TicTacToe adds `heuristic`
     teachers: tuple[str, ...] = ("random",)
     eval_breakdown = {"seat": "reward_seat{}"}  # eval/reward_seat0, eval/reward_seat1 (vs a scripted opponent)
+    eval_strata = "seat"
 
     def __init__(self, game: str = "TicTacToe-v0", *, num_players: int = 2, train_size: int = 256,
                  eval_size: int = 64, seed: int = 0, train_opponent: str | None = None,

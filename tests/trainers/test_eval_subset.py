@@ -1,0 +1,67 @@
+"""An eval of N tasks represents its split: GridSim's 40-day subset holds the split's battery kinds in their shares
+(the split is stored in blocks of one duration, so its first 40 days are all one-hour batteries); a bundle without
+strata gets N spread over the split; the same N always picks the same tasks, and the subset is named."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from agentrl.envs.bundles import load_bundle
+from agentrl.trainers.eval_subset import eval_subset, quotas, spread
+from agentrl.trainers.evaluate import eval_indices
+
+
+def _durations(bundle: object, indices: list[int]) -> Counter[int]:
+    return Counter(bundle.task_info("eval", i).extra["duration_h"] for i in indices)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("n", [40, 12, 7, 199])
+def test_a_gridsim_subset_holds_the_splits_battery_shares(n: int) -> None:
+    bundle = load_bundle("gridsim")
+    total = bundle.splits()["eval"]
+    split = _durations(bundle, list(range(total)))
+    assert len(split) == 3, split  # 1h, 2h and 4h batteries
+    subset = eval_subset(bundle, "eval", n)
+    assert len(subset.indices) == len(set(subset.indices)) == n
+    assert subset.indices == sorted(subset.indices) and all(0 <= i < total for i in subset.indices)
+    kinds = _durations(bundle, subset.indices)
+    for hours, count in split.items():  # each kind within one task of its exact share
+        assert abs(kinds[hours] - n * count / total) < 1, (hours, kinds, split)
+    assert subset.note == f"{n} of {total} tasks, stratified by duration_h"
+
+
+def test_the_40_day_subset_is_not_the_first_40_and_is_the_same_every_time() -> None:
+    bundle = load_bundle("gridsim")
+    assert set(_durations(bundle, list(range(40)))) == {1}  # why first-N misleads
+    first = eval_indices(bundle, "eval", 40)
+    assert first == eval_indices(load_bundle("gridsim"), "eval", 40) == eval_subset(bundle, "eval", 40).indices
+    assert _durations(bundle, first) == Counter({1: 14, 2: 14, 4: 12})  # 70/70/60 of 200, x 40
+
+
+def test_no_limit_or_a_limit_past_the_split_plays_it_all() -> None:
+    bundle = load_bundle("gridsim")
+    for limit in (None, 200, 500):
+        subset = eval_subset(bundle, "eval", limit)
+        assert subset.indices == list(range(200)) and subset.note == "all 200 tasks"
+
+
+def test_a_bundle_without_strata_gets_an_even_spread() -> None:
+    bundle = load_bundle("arith")
+    assert bundle.eval_strata is None
+    total = bundle.splits()["eval"]
+    subset = eval_subset(bundle, "eval", 10)
+    gaps = {b - a for a, b in zip(subset.indices, subset.indices[1:], strict=False)}
+    assert len(subset.indices) == 10 and max(gaps) - min(gaps) <= 1 and subset.indices[0] < total // 10
+    assert subset.indices[-1] >= total - total // 10  # reaches the split's end, unlike its first ten
+    assert subset.note == f"10 of {total} tasks, spread evenly over the split"
+
+
+def test_spread_and_quotas_by_hand() -> None:
+    assert spread(list(range(10)), 5) == [1, 3, 5, 7, 9]
+    assert spread([4, 5, 6], 5) == [4, 5, 6]
+    assert spread(list(range(10)), 0) == []
+    assert quotas([70, 70, 60], 40) == [14, 14, 12]
+    assert quotas([70, 70, 60], 7) == [3, 2, 2]  # exact 2.45, 2.45, 2.1: the first of the tied remainders
+    assert sum(quotas([1, 1, 1], 2)) == 2
