@@ -1,8 +1,9 @@
 """A request body limit that answers like the rest of the session API: 413 `{"error": ...}`.
 
-FastAPI's own limiter answers in its own format; this ASGI middleware reads the body itself, at
-most `max_bytes` of it (a `Content-Length` above the limit is refused before a byte is read, a
-chunked body as soon as it passes it), and hands the app the bytes it read.
+FastAPI's own limiter answers in its own format; this ASGI middleware reads the body itself, keeps
+at most `max_bytes` of it and hands the app the bytes it read. A larger body is read on and dropped
+(up to `serving.DRAIN_BYTES` more) before the 413 goes out, so a client that sends its whole body
+before reading (Python's http.client) reads the 413 rather than a reset connection.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 from typing import Any
 
 from agentrl.config.inference import InferenceConfig
+from agentrl.serving import BodyTooLarge, ClientGone, read_body
 
 MAX_BODY_BYTES: int = InferenceConfig.max_body_bytes
 
@@ -28,25 +30,13 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send, int(declared))
+        try:
+            body = await read_body(receive, scope.get("headers"), self.max_bytes)
+        except ClientGone:
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(send, None)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        except BodyTooLarge as exc:
+            await self._refuse(send, exc.declared)
+            return
         sent = False
 
         async def replay() -> dict[str, Any]:

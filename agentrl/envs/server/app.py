@@ -256,7 +256,8 @@ async def _dispatch(held: Held, text: str, table: SessionTable) -> str | None:
             return wire.error_frame(wire.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
     model = wire.MESSAGES.get(kind) if isinstance(kind, str) else None
     if model is None:
-        return wire.error_frame(wire.UNKNOWN_TYPE, f"Unknown message type: {kind if isinstance(kind, str) else ''}")
+        return wire.error_frame(wire.UNKNOWN_TYPE,
+                                f"Unknown message type: {wire.clip(kind) if isinstance(kind, str) else ''}")
     try:
         parsed = model.model_validate(msg)
         if kind == "step":

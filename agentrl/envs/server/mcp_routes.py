@@ -11,9 +11,11 @@ import logging
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
 
 from agentrl.envs.server import mcp_rpc, wire
 from agentrl.envs.server.session_table import SessionCapacityError, SessionTable
+from agentrl.serving import BodyTooLarge, ClientGone, read_body
 
 log = logging.getLogger(__name__)
 
@@ -21,22 +23,21 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
-def _reply(body: dict, status: int = 200) -> Response:
-    return Response(wire.dumps(body), status_code=status, media_type="application/json")
+def _reply(body: dict, status: int = 200, *, close: bool = False) -> Response:
+    # close: the connection may hold a body past the drain bound, which must not be read as a next request
+    headers = {"connection": "close"} if close else None
+    return Response(wire.dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
 async def _body(request: Request) -> bytes | None:
-    """The request body, or None once it passes MAX_BODY_BYTES (read no further than that)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    """The request body, or None once it passes MAX_BODY_BYTES (the rest read and dropped up to a bound, so that
+    the client, done sending, reads the 413; see `serving.read_body`)."""
+    try:
+        return await read_body(request.receive, request.scope.get("headers"), MAX_BODY_BYTES)
+    except BodyTooLarge:
         return None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+    except ClientGone:
+        raise ClientDisconnect() from None
 
 
 def add_mcp_routes(app: FastAPI, table: SessionTable) -> None:
@@ -49,7 +50,7 @@ def add_mcp_routes(app: FastAPI, table: SessionTable) -> None:
         body = await _body(request)
         if body is None:
             error = wire.jsonrpc_error(None, mcp_rpc.INVALID_REQUEST, f"the body is over {MAX_BODY_BYTES} bytes")
-            return _reply(error, 413)
+            return _reply(error, 413, close=True)
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -36,7 +36,7 @@ class Served:
     def locate(self, split: str, index: int) -> tuple[str, int]:
         """The bundle split and index behind the served (split, index); ValueError when there is none."""
         if split not in self.splits:
-            raise ValueError(f"there is no split {split!r}; the splits are {', '.join(self.splits)}")
+            raise ValueError(f"there is no split {wire.clip(split)!r}; the splits are {', '.join(self.splits)}")
         n = self.splits[split]
         if not 0 <= index < n:
             raise ValueError(f"split {split!r} has {n} tasks, so it has no task {index}")
@@ -182,12 +182,13 @@ class Session:
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         if self.done or self.handle is None:
-            obs = {"tool_name": name, "result": None, "error": None}
+            obs = {"tool_name": wire.clip(name), "result": None, "error": None}  # no tool: echo a bounded name
             return wire.envelope(obs, done=True, metadata=self._error_meta(self.stop_reason))
         if name != wire.END_TURN and name not in self.tool_names:
             offered = ", ".join([*sorted(self.tool_names), wire.END_TURN])
-            err = wire.tool_error(wire.TOOL_NOT_FOUND, f"there is no tool {name!r}; this turn offers {offered}")
-            return wire.envelope({"tool_name": name, "result": None, "error": err})
+            shown = wire.clip(name)
+            err = wire.tool_error(wire.TOOL_NOT_FOUND, f"there is no tool {shown!r}; this turn offers {offered}")
+            return wire.envelope({"tool_name": shown, "result": None, "error": err})
         self.step_count += 1
         if name == wire.END_TURN:
             return await self._end_turn(arguments)

@@ -177,13 +177,39 @@ def dumps(frame: dict[str, Any]) -> str:
         return strict_json.dumps(json_safe(frame), separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+# How much of a client's own input a reply echoes back: enough to recognise it, never the whole of a 16 MiB frame.
+ECHO_CHARS = 200
+MAX_MESSAGE_CHARS = 2000  # an error message, whatever text (an exception's) went into it
+MAX_ERRORS = 20  # validation errors listed in one error frame
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """`text`, or its first `limit` characters and how many more were cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters cut]"
+
+
 def error_frame(code: str, message: str, **extra: Any) -> str:
-    return dumps({"type": "error", "data": {"message": message, "code": code, **extra}})
+    return dumps({"type": "error", "data": {"message": clip(message, MAX_MESSAGE_CHARS), "code": code, **extra}})
 
 
 def validation_error_frame(exc: ValidationError) -> str:
+    """VALIDATION_ERROR listing pydantic's errors, each echoing at most ECHO_CHARS of what it refused."""
     errors = exc.errors(include_url=False, include_context=False)
-    return error_frame(VALIDATION_ERROR, "Invalid message", errors=json.loads(dumps({"e": errors}))["e"])
+    listed = [_bounded_error(e) for e in errors[:MAX_ERRORS]]
+    extra = {"errors_cut": len(errors) - MAX_ERRORS} if len(errors) > MAX_ERRORS else {}
+    return error_frame(VALIDATION_ERROR, "Invalid message", errors=listed, **extra)
+
+
+def _bounded_error(error: Any) -> dict[str, Any]:
+    out = json.loads(dumps({"e": error}))["e"]
+    out["loc"] = [clip(p) if isinstance(p, str) else p for p in out.get("loc", [])]
+    given = out.get("input")
+    text = given if isinstance(given, str) else json.dumps(given)
+    if len(text) > ECHO_CHARS:
+        out["input"] = clip(text)
+    return out
 
 
 def json_safe(value: Any) -> Any:
@@ -241,7 +267,8 @@ def jsonrpc_result(rid: Any, result: Any) -> dict[str, Any]:
 
 
 def jsonrpc_error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message, "data": data}}
+    return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": clip(message, MAX_MESSAGE_CHARS),
+                                                   "data": data}}
 
 
 def schema() -> dict[str, Any]:
