@@ -26,30 +26,24 @@ TEACHERS = ("optimal",)
 MAX_CALCULATIONS = 8  # calculate calls per episode; a problem needs one or two
 MAX_ANSWER_CHARS = 64
 WEIGHTS = {"tool_used": 0.1, "submitted": 0.1, "correct": 0.8}
-SYSTEM_PROMPT = ("Solve the problem with the tools. First call calculate with the arithmetic expression. "
-                 "Then call submit_answer with the result.")
+# Short on purpose: a 135M model reads it, and the whole conversation (tool schemas, two calls, their results)
+# should stay near 300 tokens.
+SYSTEM_PROMPT = "Use calculate for the arithmetic, then call submit_answer with the result."
 CALCULATE_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "calculate",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {
-            "type": "object",
-            "properties": {"expression": {"type": "string", "description": "e.g. \"347 * 29\""}},
-            "required": ["expression"],
-        },
+        "description": "Evaluate arithmetic, e.g. 347 * 29",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                       "required": ["expression"]},
     },
 }
 SUBMIT_ANSWER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "submit_answer",
-        "description": "Submit the final answer. Ends the task.",
-        "parameters": {
-            "type": "object",
-            "properties": {"answer": {"type": "string", "description": "e.g. \"10063\""}},
-            "required": ["answer"],
-        },
+        "description": "Submit the final answer (ends the task)",
+        "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
     },
 }
 TOOLS = [CALCULATE_TOOL, SUBMIT_ANSWER_TOOL]
