@@ -19,14 +19,16 @@ from agentrl.group_filter import AllGroupsFailing
 from agentrl.plan import Plan, PlanError, build_plan
 from agentrl.tracking.tracker import DatasetRef, Tracker, continue_line
 from agentrl.trainers.dependency import DependencyLost
-from agentrl.trainers.eval_results import latest_results
+from agentrl.trainers.eval_results import latest_results, results_mean
+from agentrl.trainers.eval_subset import eval_subset
 from agentrl.trainers.protocol import Trainer
 
 log = logging.getLogger("agentrl")
 
-# fit()'s metric keys that the closing block reports, when a trainer returns them.
-TIME_KEYS = (("warm start", "time/warm_start_total_s"), ("training", "time/train_total_s"),
-             ("eval", "time/eval_total_s"))
+# fit()'s metric keys that the closing block reports, when a trainer returns them (a stage that did not run
+# returns none: no "warm start 1 s" for a run that started from the base model).
+TIME_KEYS = (("warm start", "time/warm_start_total_s"), ("engine start", "time/engine_start_total_s"),
+             ("training", "time/train_total_s"), ("eval", "time/eval_total_s"))
 
 
 class RecipeNotFound(SystemExit):
@@ -76,10 +78,36 @@ def engine_unavailable() -> type[Exception]:
     return EngineUnavailable
 
 
+def final_scores(metrics: dict[str, Any], run_dir: Path, subset: str | None) -> list[str]:
+    """The closing block's eval lines: the environment's own grade of the last sampled and the greedy-decoded eval
+    (from their per-task files, which every trainer using agentrl's evaluator writes) and on which tasks; the
+    reward group's eval/reward beside it when that differs (reward=rubric), or alone when no file holds grades."""
+    sampled, greedy = _value(metrics, "eval/reward"), _value(metrics, "eval_greedy/reward")
+    if sampled is None and greedy is None:
+        return []
+    files = (latest_results(run_dir) if sampled is not None else None,
+             latest_results(run_dir, "eval_greedy") if greedy is not None else None)
+    grades = [results_mean(f) if f is not None else None for f in files]
+    on = f" ({subset})" if subset and any(f is not None for f in files) else ""
+
+    def line(name: str, values: tuple[float | None, ...] | list[float | None], tail: str) -> str:
+        shown = [f"{v:.3f} {how}" for v, how in zip(values, ("sampled", "greedy-decoded"), strict=True)
+                 if v is not None]
+        return f"{name:<18} {', '.join(shown)}{tail}"
+
+    if not any(g is not None for g in grades):
+        return [line("final eval/reward", (sampled, greedy), on)]
+    lines = [line("final eval/grade", grades, on)]
+    rewards = (sampled, greedy)
+    if any(r is not None and g is not None and abs(r - g) > 5e-4 for r, g in zip(rewards, grades, strict=True)):
+        lines.append(line("final eval/reward", rewards, " (the reward group's score, shaped)"))
+    return lines
+
+
 def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict[str, Any], wall_s: float,
-                  resumable: bool = True, stopped: str | None = None) -> str:
-    """The one block the end of a run prints: where it all is, what it scored, where the time went, and (`stopped`:
-    a run Ctrl-C ended) how to go on with it.
+                  resumable: bool = True, stopped: str | None = None, subset: str | None = None) -> str:
+    """The one block the end of a run prints: where it all is, what it scored (the env's grade, on which tasks:
+    `subset`), where the time went, and (`stopped`: a run Ctrl-C ended) how to go on with it.
 
     Reports only what is present: a trainer that returns no greedy eval or no time split gets no such line.
     """
@@ -89,19 +117,29 @@ def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict
         lines.append(f"browse        {tracker.ui_command()}")
         if url := tracker.url():
             lines.append(f"              then {url}")
-    sampled, greedy = _value(metrics, "eval/reward"), _value(metrics, "eval_greedy/reward")
-    scores = [f"{v:.3f} {how}" for v, how in ((sampled, "sampled"), (greedy, "greedy-decoded")) if v is not None]
-    if scores:
-        lines.append(f"final eval/reward  {', '.join(scores)}")
+    lines += final_scores(metrics, run_dir, subset)
     if results := latest_results(run_dir):
         lines.append(f"per-task eval {results} (and the eval table: MLflow artifacts, evals/)")
-    parts = [f"{name} {_minutes(s)}" for name, key in TIME_KEYS if (s := _value(metrics, key)) is not None]
-    if parts:
+    stages = [(name, s) for name, key in TIME_KEYS if (s := _value(metrics, key)) is not None]
+    if stages:
+        parts = [f"{name} {_minutes(s)}" for name, s in stages]
+        if (rest := wall_s - sum(s for _, s in stages)) >= 1:  # building the plan, loading the learner, MLflow
+            parts.append(f"other {_minutes(rest)}")
         lines.append(f"wall time     {', '.join(parts)} (total {_minutes(wall_s)})")
     if stopped:
         lines.append(stopped)
     lines += tracker.dead_run_notes(resumable=resumable)  # earlier runs a kill left RUNNING, closed at this start
     return "\n".join(lines)
+
+
+def eval_note(plan: Plan) -> str | None:
+    """Which of the eval split's tasks the run's evals played (`trainer.eval_limit`): `40 of 200 tasks, stratified
+    by duration_h`; None when it cannot say."""
+    try:
+        limit = getattr(plan.settings.trainer, "eval_limit", None)
+        return eval_subset(plan.bundle, plan.settings.env.eval_split, limit).note
+    except Exception:  # noqa: BLE001 - the closing block must not fail over a note
+        return None
 
 
 def stopped_line(plan: Plan, run_id: str | None, overrides: list[str]) -> str | None:
@@ -219,7 +257,7 @@ def run(cfg: DictConfig) -> float | None:
         tracker.finish(status)
         print(closing_block(status=status, run_dir=run_dir, tracker=tracker, metrics=metrics,
                             resumable=plan.trainer_cls.checkpoint_kind is not None, stopped=stopped,
-                            wall_s=time.monotonic() - started), flush=True)
+                            wall_s=time.monotonic() - started, subset=eval_note(plan)), flush=True)
         if trainer is not None and (notes := trainer.closing_lines()):  # what the trainer saw go wrong
             print("\n".join(notes), flush=True)
     return _value(metrics, "eval/reward")

@@ -58,6 +58,11 @@ def _only_run(home: Path):
     return runs[0]
 
 
+def _home(home: Path) -> str:
+    """What a printed command starts with when the run had AGENTRL_HOME=home (every run here has)."""
+    return f"AGENTRL_HOME={shlex.quote(str(home.resolve()))} "
+
+
 def _stopped_mid_training(tmp_path: Path, sig: int, exited, name: str, args: list[str] | None = None,
                           checkpoint: str = "*/*/step-*/state.pt"):
     """A 400-step run (`args`; GRPO on arith by default) stopped by `sig` once it has a checkpoint (`checkpoint`
@@ -82,13 +87,15 @@ def test_ctrl_c_mid_training_prints_a_resume_command_that_resumes(tmp_path: Path
     home, args, run, line = _stopped_mid_training(tmp_path, signal.SIGINT, _stopped_by_ctrl_c, "Ctrl-C")
     ckpts = home / "outputs" / "checkpoints"
     command, _, note = line.removeprefix("resume it").strip().partition("  (from step ")
-    assert command == shlex.join(["python", "-m", "agentrl", *args, f"trainer.resume={run.info.run_id}"])
+    assert command == _home(home) + shlex.join(["python", "-m", "agentrl", *args, f"trainer.resume={run.info.run_id}"])
     step = int(note.rstrip(")"))
     assert any(ckpts.glob(f"*/{run.info.run_id}/step-{step:06d}/state.pt")), "the step it names was checkpointed"
-    # The printed command, run (one step past the checkpoint, not 400), continues the same run from that step.
-    again = [a if a != "trainer.steps=400" else f"trainer.steps={step + 1}" for a in shlex.split(command)[3:]]
-    done = subprocess.run([sys.executable, "-m", "agentrl", *again], cwd=REPO, env=run_env(home, again),
-                          capture_output=True, text=True, timeout=1200)
+    # The printed command, pasted into another shell that has no AGENTRL_HOME (one step past the checkpoint, not
+    # 400), continues the same run from that step: the command carries the home its checkpoints are under.
+    pasted = command.replace("trainer.steps=400", f"trainer.steps={step + 1}").replace(
+        "python -m", f"{shlex.quote(sys.executable)} -m", 1)
+    env = {k: v for k, v in run_env(home, shlex.split(command)[4:]).items() if k != "AGENTRL_HOME"}
+    done = subprocess.run(["bash", "-c", pasted], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"at step {step + 1}" in done.stdout
     assert _only_run(home).info.status == "FINISHED"
@@ -107,7 +114,7 @@ def test_ctrl_c_in_the_warm_start_says_to_run_it_again(tmp_path: Path) -> None:
     assert run.info.status == "KILLED"
     kept = re.search(r"SFT stopped after step (\d+)/100000", stopped.stdout)  # none when it stopped at step 0
     note = f"; its SFT continues from step {kept.group(1)}" if kept else ""
-    assert (f"rerun it      {shlex.join(['python', '-m', 'agentrl', *args])}  "
+    assert (f"rerun it      {_home(home)}{shlex.join(['python', '-m', 'agentrl', *args])}  "
             f"(it stopped before its first checkpoint{note})") in stopped.stdout
     assert not list((home / "outputs" / "checkpoints").glob("*/*/step-*"))
 
@@ -115,8 +122,8 @@ def test_ctrl_c_in_the_warm_start_says_to_run_it_again(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sigterm_mid_training_closes_the_run_as_ctrl_c_does(tmp_path: Path) -> None:
     _, args, run, line = _stopped_mid_training(tmp_path, signal.SIGTERM, lambda rc: rc == 143, "SIGTERM")
-    assert line.startswith("resume it     " + shlex.join(["python", "-m", "agentrl", *args,
-                                                         f"trainer.resume={run.info.run_id}"]) + "  (from step ")
+    assert line.startswith("resume it     " + _home(tmp_path / "home") + shlex.join(
+        ["python", "-m", "agentrl", *args, f"trainer.resume={run.info.run_id}"]) + "  (from step ")
 
 
 @pytest.mark.slow
@@ -128,5 +135,5 @@ def test_ctrl_c_under_trl_stops_between_steps(tmp_path: Path) -> None:
             *TINY[TINY.index("model.hidden_size=32"):]]
     _, _, run, line = _stopped_mid_training(tmp_path, signal.SIGINT, _stopped_by_ctrl_c, "Ctrl-C", args=args,
                                             checkpoint="**/checkpoint-*")
-    assert line.startswith("resume it     " + shlex.join(["python", "-m", "agentrl", *args,
-                                                         f"trainer.resume={run.info.run_id}"]) + "  (from step ")
+    assert line.startswith("resume it     " + _home(tmp_path / "home") + shlex.join(
+        ["python", "-m", "agentrl", *args, f"trainer.resume={run.info.run_id}"]) + "  (from step ")

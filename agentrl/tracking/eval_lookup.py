@@ -62,3 +62,9 @@ def eval_results_of(tracking_uri: str, run_id: str, dest: Path) -> Path:
     name = "eval.jsonl" if "eval.jsonl" in sampled else max(sampled, key=_step)
     dest.mkdir(parents=True, exist_ok=True)
     return Path(client.download_artifacts(run_id, f"{EVALS_DIR}/{name}", str(dest)))
+
+
+def run_tags(tracking_uri: str, run_id: str) -> dict[str, str]:
+    """Run `run_id`'s tags (its `choice.<group>` among them)."""
+    _, run = _run(tracking_uri, run_id)
+    return dict(run.data.tags)

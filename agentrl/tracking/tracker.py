@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from agentrl.config.locate import HOME_ENV
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,14 @@ def continue_line(overrides: list[str], run_id: str, *, resumable: bool, why: st
     was when it cannot resume (`why` says why; default: the trainer cannot)."""
     # Quoted for a shell: an override with a space or a quote in it pastes back as the one argument it was.
     args = [o for o in overrides if not o.lstrip("+").startswith("trainer.resume")]
+    command = f"{home_prefix()}python -m agentrl"
     if resumable:
-        return f"resume it     python -m agentrl {shlex.join(args + [f'trainer.resume={run_id}'])}"
-    return f"rerun it      python -m agentrl {shlex.join(args)}  ({why or 'this trainer does not resume'})"
+        return f"resume it     {command} {shlex.join(args + [f'trainer.resume={run_id}'])}"
+    return f"rerun it      {command} {shlex.join(args)}  ({why or 'this trainer does not resume'})"
+
+
+def home_prefix() -> str:
+    """`AGENTRL_HOME=<its absolute path> ` when the variable is set: the project root (its checkpoints and MLflow
+    store) a printed command must run in to find this run from any other shell; "" when it is not set."""
+    home = os.environ.get(HOME_ENV)
+    return f"{HOME_ENV}={shlex.quote(str(Path(home).expanduser().resolve()))} " if home else ""

@@ -186,6 +186,16 @@ def read_results(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def results_mean(path: Path, measure: str = "grade") -> float | None:
+    """The mean `measure` over every sample of a per-task results file (what its eval logged as `eval/<measure>`,
+    `score` being eval/reward's); None when the file cannot be read."""
+    try:
+        values = [sample_value(s, measure) for r in read_results(path) for s in r["samples"]]
+    except EvalResultsError:
+        return None
+    return sum(values) / len(values)
+
+
 def latest_results(run_dir: Path, prefix: str = "eval") -> Path | None:
     """The run folder's newest `<prefix>-step-<n>.jsonl` (the highest n), None when it has none."""
     found = [(int(p.stem.rsplit("-", 1)[1]), p) for p in (run_dir / EVALS_DIR).glob(f"{prefix}-step-*.jsonl")

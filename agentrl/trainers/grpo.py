@@ -96,7 +96,7 @@ class GRPOTrainer(TrainerBase):
         self.policies: list[Policy] = plan_policies(self.settings.agent.role_list())
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
         self.streak = FailureStreak(t.max_drops_in_a_row)
-        self.times: Counter[str] = Counter()  # wall seconds: warm_start, train, eval
+        self.times: Counter[str] = Counter()  # wall seconds: warm_start, engine_start, train, eval
         self.health = HealthWatch(self.settings.agent.health)  # the recipe's healthy ranges, judged at the end
         self.no_update = NoUpdateWatch(penalize=t.model_failures == "drop")  # steps that trained nothing
         self.ready: PlayAhead[StepBatch] | None = None  # the step batches, played one ahead (setup)
@@ -129,7 +129,8 @@ class GRPOTrainer(TrainerBase):
         self.record = checkpoint_record(plan, self.tracker.run_id)
         started = time.monotonic()
         start_path = str(resume_from / "model") if resume_from else warm_start_path(plan, self.tracker)
-        self.times["warm_start"] += time.monotonic() - started
+        if not resume_from and s.trainer.warm_start.enabled:  # the closing block names only the stages that ran
+            self.times["warm_start"] += time.monotonic() - started
         self.policies = [main_policy(start_path), *(p for p in self.policies if p.name != MAIN)]
         # After the warm start: SFT's large batches want every core, the rollout loop may want fewer.
         threads = set_threads(s)
@@ -143,6 +144,7 @@ class GRPOTrainer(TrainerBase):
         first = self._restore(resume_from) if resume_from is not None else 1
         self.trained_cursor = self.rows.cursor
         self.services = start_services(plan, start_path, self.policies)
+        self.times["engine_start"] += self.services.start_s
         self.services.runner.traces = plan.tracker  # episode traces: every eval play, a sample of training's
         self.ready = PlayAhead(self._play_step, first=first, last=self.t.steps, max_staleness=self.t.max_staleness,
                                policy=self.t.stale_policy)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,8 @@ class RolloutServices:
     env_settings: dict[str, Any] = field(default_factory=dict)
     _stops: list[Any] = field(default_factory=list)
     policy_engines: dict[str, Any] = field(default_factory=dict)  # policy name -> its engine (main's included)
+    # Wall seconds `start_services` took: the engines' start (a vLLM server's ~90 s) and the servers beside them.
+    start_s: float = 0.0
 
     def close(self) -> None:
         for stop in reversed(self._stops):
@@ -95,6 +98,7 @@ def start_services(plan: Any, model_path: str, policies: Sequence[Policy] | None
 
     Everything comes from the plan: its engine factory, its bundle, agent and reward, and its typed settings.
     """
+    started = time.monotonic()
     settings = plan.settings
     if policies is None:
         policies = plan_policies(settings.agent.role_list())
@@ -124,7 +128,8 @@ def start_services(plan: Any, model_path: str, policies: Sequence[Policy] | None
         runner = RolloutRunner(agent_for(plan.agent), session_server, reward=plan.reward,
                                frozen_roles=frozen, **routing(policies, servers))
         runner.breaker = dependency_breaker(settings.trainer, env_url, session_server.base_url)
-        return RolloutServices(engine, session_server, env_url, runner, dataclasses.asdict(server), stops, engines)
+        return RolloutServices(engine, session_server, env_url, runner, dataclasses.asdict(server), stops, engines,
+                               start_s=time.monotonic() - started)
     except BaseException:
         for stop in reversed(stops):
             stop()

@@ -247,7 +247,8 @@ class SFTTrainer(TrainerBase):
         finally:
             services.close()
         final.update(greedy)
-        final["time/eval_total_s"] = metrics.pop("time/eval_total_s") + time.monotonic() - started
+        final["time/engine_start_total_s"] = services.start_s
+        final["time/eval_total_s"] = metrics.pop("time/eval_total_s") + time.monotonic() - started - services.start_s
         final["time/train_total_s"] = metrics["time/train_total_s"]
         self.tracker.log(final, step=t.steps)
         self.tracker.set_tags({"agentrl.checkpoint": str(self.output_dir)})

@@ -216,7 +216,8 @@ class TRLTrainer(TrainerBase):
         finally:
             self.cleanup()
         final.pop("history", None)
-        final["time/warm_start_total_s"] = warm_s
+        if not resume_from and self.settings.trainer.warm_start.enabled:  # name only the stages that ran
+            final["time/warm_start_total_s"] = warm_s
         if no_update := self.no_update.metrics():
             self.tracker.log(no_update, step=t.steps)
             final.update(no_update)

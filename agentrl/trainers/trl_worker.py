@@ -263,6 +263,7 @@ def train(plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Si
             final = {**(bridge.stats.as_metrics() if bridge.stats is not None else {}), **greedy}
             if bridge.history["eval/reward"]:
                 final["eval/reward"] = bridge.history["eval/reward"][-1][1]
+            final["time/engine_start_total_s"] = services.start_s
             final["time/train_total_s"] = bridge.times["train"]
             final["time/eval_total_s"] = bridge.times["eval"]
             folder = Path(run_dir) / "final_model"

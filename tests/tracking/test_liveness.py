@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -55,7 +56,7 @@ def _open_run_in_a_process(uri: str, tmp_path: Path) -> tuple[subprocess.Popen, 
     return proc, run_id
 
 
-def test_a_run_killed_with_kill_9_is_marked_killed_on_the_next_start(tmp_path: Path):
+def test_a_run_killed_with_kill_9_is_marked_killed_on_the_next_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     uri = seed_store(tmp_path / "mlflow.db")
     killed, killed_id = _open_run_in_a_process(uri, tmp_path)
     alive, alive_id = _open_run_in_a_process(uri, tmp_path)
@@ -76,6 +77,7 @@ def test_a_run_killed_with_kill_9_is_marked_killed_on_the_next_start(tmp_path: P
         assert [d.run_id for d in tracker.dead_runs] == [killed_id]
 
         # The new run's closing block says so, and how to continue the dead one with its own overrides.
+        monkeypatch.delenv("AGENTRL_HOME", raising=False)  # set, it would lead the command (test_closing_blocks.py)
         block = closing_block(status="FINISHED", run_dir=tmp_path / "next", tracker=tracker, metrics={}, wall_s=1)
         lines = block.splitlines()
         assert any(ln.startswith(f"found dead    earlier run {killed_id} (gridsim_grpo steps=5 seed=0)")
@@ -206,5 +208,6 @@ def test_a_killed_cli_run_is_named_by_the_next_runs_closing_block(agentrl_home: 
     assert f"found dead    earlier run {killed} (gridsim_sft " in again.stdout
     assert f"process {proc.pid} on host {socket.gethostname()} is gone" in again.stdout
     # The SFT trainer does not resume: the block gives the killed run's command to run again.
-    assert "rerun it      python -m agentrl +recipe=gridsim_sft trainer.augment=0" in again.stdout
+    home = shlex.quote(str(agentrl_home.resolve()))  # the command carries the project it ran in
+    assert f"rerun it      AGENTRL_HOME={home} python -m agentrl +recipe=gridsim_sft trainer.augment=0" in again.stdout
     assert "trainer.steps=100000  (this trainer does not resume)" in again.stdout

@@ -180,20 +180,22 @@ def test_closing_block_reports_what_is_present(tmp_path: Path):
     tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
     tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
     full = {"eval/reward": 0.911, "eval_greedy/reward": 0.96, "time/warm_start_total_s": 324.0,
-            "time/train_total_s": 450.0, "time/eval_total_s": 90.0}
-    block = closing_block(status="FINISHED", run_dir=tmp_path / "run", tracker=tracker, metrics=full, wall_s=870.0)
+            "time/engine_start_total_s": 90.0, "time/train_total_s": 450.0, "time/eval_total_s": 90.0}
+    block = closing_block(status="FINISHED", run_dir=tmp_path / "run", tracker=tracker, metrics=full, wall_s=960.0)
     lines = block.splitlines()
-    assert lines[0] == "== agentrl run FINISHED in 14.5 min"
+    assert lines[0] == "== agentrl run FINISHED in 16.0 min"
     assert f"run folder    {tmp_path / 'run'}" in lines
     assert f"MLflow        {uri}  experiment t  run {tracker.run_id}" in lines
     assert f"browse        mlflow ui --backend-store-uri {uri}" in lines
     page = f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}"
     assert any(ln.strip() == f"then {page}?workflowType=machine_learning" for ln in lines)
-    assert "final eval/reward  0.911 sampled, 0.960 greedy-decoded" in lines
-    assert "wall time     warm start 5.4 min, training 7.5 min, eval 1.5 min (total 14.5 min)" in lines
+    assert "final eval/reward  0.911 sampled, 0.960 greedy-decoded" in lines  # no per-task files: no grades
+    # the engine's start is a stage of its own, and what no stage holds is named too
+    assert ("wall time     warm start 5.4 min, engine start 1.5 min, training 7.5 min, eval 1.5 min, other 6 s "
+            "(total 16.0 min)") in lines
     # Absent (or non-finite) values are skipped, not printed as nan.
     part = closing_block(status="FAILED", run_dir=tmp_path / "run", tracker=tracker,
                          metrics={"eval/reward": math.nan, "time/train_total_s": 30.0}, wall_s=45.0)
     assert "final eval/reward" not in part and "greedy" not in part and "nan" not in part
-    assert "wall time     training 30 s (total 45 s)" in part
+    assert "wall time     training 30 s, other 15 s (total 45 s)" in part
     assert part.startswith("== agentrl run FAILED in 45 s")
