@@ -124,7 +124,7 @@ class TrainerConfig:
     steps: int = 100  # optimizer steps
     lr: float = 1e-6
     eval_every: int = 10  # steps between evaluations (0: only before and after training)
-    eval_limit: int | None = None  # eval tasks played (null: the whole eval split)
+    eval_limit: int | None = None  # eval tasks played, stratified as the bundle declares (null: the whole split)
     checkpoint_every: int = 10  # steps between checkpoints (0: never)
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     # latest (this task's newest checkpoint; true is its old spelling) | an MLflow run id | a checkpoint folder;
