@@ -8,6 +8,7 @@ on the split and N, so every evaluation of a run, and every run, plays the same 
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +32,14 @@ class EvalSubset:
 
 
 def spread(items: list[int], k: int) -> list[int]:
-    """`k` of `items` evenly spaced (the middle of each of k equal stretches): all of them when k >= len."""
+    """`k` of `items` spread evenly: one from each of k equal stretches, at a seeded place within it (the same for
+    the same sizes); all of them when k >= len. A fixed place (each stretch's middle) would alias with a split that
+    interleaves its kinds (arith's levels 1-5 in turn: 60 of 300 at every fifth task would all be one level)."""
     m = len(items)
     if k >= m:
         return list(items)
-    return [items[int((j + 0.5) * m / k)] for j in range(k)]
+    rng = random.Random(f"agentrl eval subset {m} {k}")  # a str seed hashes the same in every process and version
+    return [items[rng.randrange(j * m // k, (j + 1) * m // k)] for j in range(k)]
 
 
 def quotas(sizes: list[int], k: int) -> list[int]:

@@ -52,15 +52,17 @@ def test_a_bundle_without_strata_gets_an_even_spread() -> None:
     assert bundle.eval_strata is None
     total = bundle.splits()["eval"]
     subset = eval_subset(bundle, "eval", 10)
-    gaps = {b - a for a, b in zip(subset.indices, subset.indices[1:], strict=False)}
-    assert len(subset.indices) == 10 and max(gaps) - min(gaps) <= 1 and subset.indices[0] < total // 10
-    assert subset.indices[-1] >= total - total // 10  # reaches the split's end, unlike its first ten
+    assert [i * 10 // total for i in subset.indices] == list(range(10))  # one in each tenth, to the split's end
     assert subset.note == f"10 of {total} tasks, spread evenly over the split"
 
 
 def test_spread_and_quotas_by_hand() -> None:
-    assert spread(list(range(10)), 5) == [1, 3, 5, 7, 9]
+    picks = spread(list(range(10)), 5)
+    assert [p // 2 for p in picks] == [0, 1, 2, 3, 4] and picks == spread(list(range(10)), 5)  # one per stretch
     assert spread([4, 5, 6], 5) == [4, 5, 6]
+    # a split that interleaves five kinds in turn (arith's levels): 60 of 300 hold every kind, not every fifth task
+    picks = spread(list(range(300)), 60)
+    assert {p % 5 for p in picks} == {0, 1, 2, 3, 4}
     assert spread(list(range(10)), 0) == []
     assert quotas([70, 70, 60], 40) == [14, 14, 12]
     assert quotas([70, 70, 60], 7) == [3, 2, 2]  # exact 2.45, 2.45, 2.1: the first of the tied remainders
