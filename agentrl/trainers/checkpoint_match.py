@@ -15,7 +15,6 @@ import math
 from typing import Any
 
 from agentrl.config.sampling import Sampling
-from agentrl.trainers.evaluate import eval_indices
 from agentrl.trainers.policies import plan_policies
 from agentrl.trainers.rollout import make_row
 
@@ -68,7 +67,9 @@ def checkpoint_matches(plan: Any, model_path: str, opponent_path: str, *, sampli
     split = settings.env.eval_split
     scores: dict[int, float] = {}
     for seat, name in enumerate(names):
-        indices = [i for i in eval_indices(plan.bundle, split, limit) if i % len(names) == seat]
+        # The first `limit` matches, not an eval subset: seats go by index, so these hold each seat equally.
+        first = range(min(limit, plan.bundle.splits()[split]) if limit is not None else plan.bundle.splits()[split])
+        indices = [i for i in first if i % len(names) == seat]
         if not indices:
             continue
         opponents = [{"name": other, "model": opponent_path, "frozen": True} for other in names if other != name]

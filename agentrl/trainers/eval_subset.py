@@ -66,6 +66,8 @@ def eval_subset(bundle: Any, split: str, limit: int | None) -> EvalSubset:
     strata: dict[Any, list[int]] = {}
     for i in range(total):  # first seen, first listed: the order does not depend on the values' types
         strata.setdefault(bundle.task_info(split, i).extra.get(fact), []).append(i)
+    if len(strata) < 2:  # one kind (or a fact its tasks do not carry, e.g. self-play's seat): nothing to stratify
+        return EvalSubset(spread(list(range(total)), k), total)
     groups = list(strata.values())
     picked = [i for group, n in zip(groups, quotas([len(g) for g in groups], k), strict=True)
               for i in spread(group, n)]

@@ -67,3 +67,12 @@ def test_spread_and_quotas_by_hand() -> None:
     assert quotas([70, 70, 60], 40) == [14, 14, 12]
     assert quotas([70, 70, 60], 7) == [3, 2, 2]  # exact 2.45, 2.45, 2.1: the first of the tied remainders
     assert sum(quotas([1, 1, 1], 2)) == 2
+
+
+def test_a_fact_the_tasks_do_not_carry_is_no_stratum() -> None:
+    # textarena self-play seats nobody (seat None on every match): a spread, and named as one
+    bundle = load_bundle("textarena", eval_opponent=None)
+    subset = eval_subset(bundle, "eval", 6)
+    assert subset.stratified_by is None and subset.note == "6 of 64 tasks, spread evenly over the split"
+    seated = eval_subset(load_bundle("textarena"), "eval", 6)  # against a scripted player: three of each seat
+    assert seated.stratified_by == "seat" and sum(i % 2 for i in seated.indices) == 3
