@@ -110,3 +110,25 @@ def test_two_evals_of_the_same_model_and_tasks_compare_to_exactly_zero(tmp_path:
     refused = run_agentrl(["compare", first, str(fewer)], home, seed_model=False, check=False)
     assert refused.process.returncode != 0 and "not on the same tasks (1 only in" in refused.process.stderr
     assert "Traceback" not in refused.process.stderr
+
+
+def test_compare_measures_the_grade_unless_told_the_reward(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from agentrl.compare import main
+
+    # reward=rubric runs: each sample's score is the rubric's total, its grade the env's own
+    def write(path: Path, samples: list[tuple[float, float]]) -> Path:
+        path.write_text("".join(json.dumps({"task_id": f"d{i}", "split": "eval", "index": i,
+                                            "samples": [{"score": score, "grade": grade, "reward": score}]}) + "\n"
+                                for i, (score, grade) in enumerate(samples)))
+        return path
+
+    a = write(tmp_path / "a.jsonl", [(0.9, 0.5), (0.9, 0.25)])
+    b = write(tmp_path / "b.jsonl", [(0.5, 0.5), (0.6, 0.75)])
+    assert main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out  # grades: A 0.5, 0.25 against B 0.5, 0.75
+    assert "0.3750 ± 0.1250 over 2 tasks (grade)" in out and "0.6250 ± 0.1250 over 2 tasks (grade)" in out
+    assert "A - B, paired by task: -0.2500 ± 0.2500 (-1.0 se), n 2: won 0, lost 1, tied 1" in out
+    assert main([str(a), str(b), "--measure", "reward"]) == 0
+    out = capsys.readouterr().out  # the rubric's totals: 0.9, 0.9 against 0.5, 0.6
+    assert "0.9000 ± 0.0000 over 2 tasks (reward)" in out
+    assert "A - B, paired by task: +0.3500 ± 0.0500 (7.0 se), n 2: won 2, lost 0, tied 0" in out
