@@ -14,7 +14,8 @@ A record is `{"timestamp", "method", "path", "status_code", "request": <body + "
 `output_token_logprobs` ([[logprob, token_id], ...]), `completion_tokens`, `prompt_tokens`,
 `cached_tokens`, `weight_version` and `tool_call_errors`. `assemble_sample` turns records into a Sample.
 Errors come back as `{"error": "..."}`: 400 bad or non-extending request (the body is checked by
-`agentrl.inference.schema.ChatCompletionRequest`, and the message names the field), 404 unknown
+`agentrl.inference.schema.ChatCompletionRequest`, and the message names the field; a tool message
+must answer a call of the assistant message before it, `tito.check_tool_replies`), 404 unknown
 session, 413 a body over `max_body_bytes` (`agentrl.inference.body_limit`), 500 a chat template
 that cannot extend a turn, 503 an engine that cannot serve (the message names why; every request
 waiting on a dead engine gets it at once) or a turn still running when shutdown's grace period ends
@@ -250,6 +251,7 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
         session = store.get(session_id)
         params = chat.sampling(default_max_tokens)
         messages = [tito.normalize_message(m, i) for i, m in enumerate(body["messages"])]
+        tito.check_tool_replies(messages)
         tools = body.get("tools") or None
         kwargs = body.get("chat_template_kwargs") or {}
         return await drain.guard(turn(session, body, params, messages, tools, kwargs))

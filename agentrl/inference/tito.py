@@ -75,6 +75,28 @@ def normalize_message(msg: Any, index: int) -> dict[str, Any]:
     return out
 
 
+def check_tool_replies(messages: list[dict[str, Any]]) -> None:
+    """MessageValidationError naming the first tool message that answers no call: one must follow an assistant
+    message with `tool_calls` (other tool messages between), and its `tool_call_id`, when it has one, must be one
+    of that message's call ids. A missing id is accepted: chat templates place a result by its position."""
+    calls_at: int | None = None  # the assistant message whose calls the tool messages here may answer
+    for i, msg in enumerate(messages):
+        role = msg["role"]
+        if role != "tool":
+            calls_at = i if role == "assistant" and msg.get("tool_calls") else None
+            continue
+        if calls_at is None:
+            raise MessageValidationError(
+                f"messages[{i}]: a tool message must answer a tool call, so it must follow an assistant message "
+                "with tool_calls (or another tool message answering one); send other text as a user message")
+        call_id = msg.get("tool_call_id")
+        ids = [c.get("id") for c in messages[calls_at]["tool_calls"]]
+        if call_id and None not in ids and call_id not in ids:
+            raise MessageValidationError(
+                f"messages[{i}]: tool_call_id {str(call_id)[:64]!r} names none of the calls of messages[{calls_at}] "
+                f"(their ids: {', '.join(repr(str(c)[:64]) for c in ids[:8])}{', ...' if len(ids) > 8 else ''})")
+
+
 def _key(msg: dict[str, Any]) -> tuple:
     calls = tuple((c["function"]["name"], json.dumps(_arguments(c["function"]["arguments"]), sort_keys=True))
                   for c in msg.get("tool_calls") or ())

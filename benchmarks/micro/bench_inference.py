@@ -117,7 +117,8 @@ async def bench_overhead(base_url: str, timed: TimedEngine, sessions: int, turns
                 r.raise_for_status()
                 assert len(timed.times) == before + 1
                 overheads.append(rtt - timed.times[-1])
-                messages += [r.json()["choices"][0]["message"], {"role": "tool", "content": f"result {t}"}]
+                # a user message: the tiny model's replies make no tool call for a tool message to answer
+                messages += [r.json()["choices"][0]["message"], {"role": "user", "content": f"result {t}"}]
             await client.delete(f"/sessions/{sid}")
     return overheads
 

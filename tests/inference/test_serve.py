@@ -41,7 +41,10 @@ def test_in_process_server_with_tiny_model(tiny_model):
             for turn in range(2):
                 r = client.post(url, json={"messages": messages, "tools": tools, "temperature": 0.9})
                 assert r.status_code == 200, r.text
-                messages += [r.json()["choices"][0]["message"], {"role": "tool", "content": f"moved {turn}"}]
+                reply = r.json()["choices"][0]["message"]
+                calls = reply.get("tool_calls")  # a tool message must answer a call; else the result is the user's
+                messages += [reply, {"role": "tool", "tool_call_id": calls[0]["id"], "content": f"moved {turn}"}
+                             if calls else {"role": "user", "content": f"moved {turn}"}]
             remote = client.get(f"{server.base_url}/sessions/{sid}").json()
         sample = server.sample(sid, reward=0.5)
         assert remote["records"] == server.records(sid)
@@ -50,8 +53,9 @@ def test_in_process_server_with_tiny_model(tiny_model):
         assert tok.decode(sample.token_ids[: sample.prompt_length]) == tok.apply_chat_template(
             messages[:1], tools=tools, tokenize=False, add_generation_prompt=True)
         second_prompt = remote["records"][1]["request"]["input_ids"]
-        assert tok.decode(second_prompt).endswith(
-            "<tool_response>\nmoved 0\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        result = ("<tool_response>\nmoved 0\n</tool_response>" if messages[2]["role"] == "tool"
+                  else "<|im_start|>user\nmoved 0")
+        assert tok.decode(second_prompt).endswith(result + "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
         assert sum(sample.loss_mask) == sum(e - s for s, e in sample.turn_boundaries) > 0
         server.delete_session(sid)
         assert len(server.sessions) == 0

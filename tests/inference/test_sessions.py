@@ -111,8 +111,15 @@ async def three_turns(chat: Chat, **kw) -> list[dict]:
         body = await chat.turn(messages, tools=TOOLS, **kw)
         messages.append(body["choices"][0]["message"])
         if turn < 2:
-            messages.append({"role": "tool", "tool_call_id": "x", "content": "3"})
+            messages.append(answer(messages[-1], "3"))
     return messages
+
+
+def answer(reply: dict, text: str) -> dict:
+    """The next message after `reply`: its first call's result, or a user message when it made no call (a tool
+    message must answer a call)."""
+    calls = reply.get("tool_calls")
+    return {"role": "tool", "tool_call_id": calls[0]["id"], "content": text} if calls else {"role": "user", "content": text}
 
 
 async def test_three_turns_masks_and_rerender(scripted_client):
@@ -169,8 +176,8 @@ async def test_requests_that_do_not_extend_are_refused(scripted_client):
     chat = await new_chat(await scripted_client(*ONE_CALL))
     body = await chat.turn(USER, tools=TOOLS)
     reply = body["choices"][0]["message"]
-    tool = {"role": "tool", "tool_call_id": "x", "content": "3"}
-    edited = dict(reply, tool_calls=[{"id": "c", "type": "function",
+    tool = answer(reply, "3")
+    edited = dict(reply, tool_calls=[{"id": reply["tool_calls"][0]["id"], "type": "function",
                                       "function": {"name": "add", "arguments": '{"a": 5}'}}])
     cases = [
         ([{"role": "user", "content": "something else"}, reply, tool], "messages\\[0\\]"),
@@ -242,15 +249,15 @@ async def test_turn_cut_by_length_is_closed_by_scaffolding(scripted_client):
     chat = await new_chat(client)
     first = await chat.turn(USER, max_tokens=1)  # the whole answer is one token, its <|im_end|> the next
     assert first["choices"][0]["finish_reason"] == "length"
-    messages = USER + [first["choices"][0]["message"], {"role": "tool", "content": "3"}]
+    messages = USER + [first["choices"][0]["message"], {"role": "user", "content": "3"}]  # it made no call
     second = await chat.turn(messages, max_tokens=50)
     assert second["choices"][0]["finish_reason"] == "stop"
     assert second["choices"][0]["message"]["content"] == "The answer is 3."
     sample = assemble_sample((await client.get(f"/sessions/{chat.sid}")).json())
     tok = chat.client._transport.app.state.tokenizer
     (_, end1), (start2, _) = sample.turn_boundaries
-    # the model never sampled <|im_end|> in turn 1, so the server adds it, unmasked, before the tool result
-    assert tok.decode(sample.token_ids[end1:start2]) == "<|im_end|>" + TURN_GAP
+    # the model never sampled <|im_end|> in turn 1, so the server adds it, unmasked, before the next message
+    assert tok.decode(sample.token_ids[end1:start2]) == "<|im_end|>\n<|im_start|>user\n3<|im_end|>\n<|im_start|>assistant\n"
     assert sample.loss_mask[end1:start2] == [0] * (start2 - end1)
     assert sample.metadata["finish_reasons"] == ["length", "stop"]
 

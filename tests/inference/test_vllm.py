@@ -91,7 +91,8 @@ def test_a_chat_with_tools_round_trips_through_the_session_server(served) -> Non
             assert ids[-1] == served.tokenizer.convert_tokens_to_ids("<|im_end|>")  # the stop token is kept
             assert all(math.isfinite(lp) and lp <= 0 for lp, _ in meta["output_token_logprobs"])
             assert meta["weight_version"] == served.weight_version
-            messages += [choice["message"], {"role": "tool", "tool_call_id": "c0", "content": "9"}]
+            call_id = choice["message"]["tool_calls"][0]["id"]
+            messages += [choice["message"], {"role": "tool", "tool_call_id": call_id, "content": "9"}]
             second = http.post(f"/sessions/{sid}/v1/chat/completions", json={"messages": messages, "tools": TOOLS})
             assert second.status_code == 200, second.text
             session = http.get(f"/sessions/{sid}").json()
