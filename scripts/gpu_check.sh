@@ -88,7 +88,7 @@ if [ -z "${GPU_CHECK_SKIP_RECIPE:-}" ]; then
   echo "python3 -m agentrl ${OVERRIDES[*]}"
   timeout "$RECIPE_TIMEOUT" python3 -m agentrl "${OVERRIDES[@]}" > "$WORK/tiny.log" 2>&1 || RC=$?
   [ "$RC" = 0 ] || tail -n 25 "$WORK/tiny.log"
-  grep -a "final eval/reward" "$WORK/tiny.log" | tail -n 1
+  grep -a -E "final eval/(grade|reward)" "$WORK/tiny.log" | tail -n 2
   # On the device, $OUT comes back to the session: the whole log is there for a failure the tail does not explain.
   if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp "$WORK/tiny.log" "$OUT/tiny_recipe.log"; fi
   timeout $(( 60 * SCALE )) python3 - "$AGENTRL_HOME" <<'PY' || true

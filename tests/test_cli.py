@@ -184,7 +184,7 @@ def test_wheel_in_a_fresh_venv_plays_the_quick_look_from_another_directory(tmp_p
     assert f"run folder    {agentrl_home / 'outputs' / 'runs' / 'gridsim_quick'}" in block
     assert f"run {run.info.run_id}" in block and f"sqlite:///{store}" in block
     assert f"mlflow ui --backend-store-uri sqlite:///{store}" in block
-    assert "final eval/reward" in block
+    assert "final eval/grade" in block
     # Nothing lands where the user stands; artifacts sit beside the store.
     assert sorted(p.name for p in where.iterdir()) == []
     assert run.info.artifact_uri.startswith((agentrl_home / "outputs" / "mlartifacts").as_uri())

@@ -42,7 +42,7 @@ def cli(args: list[str], home: Path):
 def test_the_run_folder_log_holds_what_the_console_showed(home: Path):
     done, log = cli([*SMALL, "trainer.model_failures=penalize"], home)
     for line in ("step 0 eval/reward", "step 1 eval/reward", "step 2 eval/reward", "step 2 eval_greedy/reward",
-                 "warm_start/eval/reward", "SFT step 2/2: loss", "== agentrl run FINISHED", "final eval/reward",
+                 "warm_start/eval/reward", "SFT step 2/2: loss", "== agentrl run FINISHED", "final eval/grade",
                  "recipe     gridsim_grpo"):
         assert line in log, f"{line!r} not in the run's log:\n{log}"
     steps = re.findall(r"grpo step (\d)/2: train/reward [\d.]+, .*tokens \d+", log)

@@ -109,15 +109,15 @@ def _differs(metrics: Mapping[str, float], a: str, b: str) -> bool:
 
 def eval_line(metrics: Mapping[str, float], seconds: float, *, prefix: str = "eval", step: int | None = None,
               subset: str = "") -> str:
-    """One line for an evaluation: step, the mean grade ± its standard error (and the shaped eval/reward when a
-    reward group makes it differ), zero share, tool-call rate, failures, which tasks (`subset`), seconds."""
+    """One line for an evaluation: step, mean reward ± its standard error (and the env's own grade when a reward
+    group makes the two differ), zero share, tool-call rate, failures, which tasks (`subset`), seconds."""
     at = f"step {step} " if step is not None else ""
     nan = float("nan")
-    first = "grade" if f"{prefix}/grade" in metrics else "reward"
-    parts = [f"{at}{prefix}/{first} {metrics.get(f'{prefix}/{first}', nan):.3f} "
-             f"± {metrics.get(f'{prefix}/{first}_stderr', nan):.3f}"]
-    if first == "grade" and _differs(metrics, f"{prefix}/grade", f"{prefix}/reward"):
-        parts.append(f"{prefix}/reward {metrics[f'{prefix}/reward']:.3f} (the reward group's)")
+    parts = [f"{at}{prefix}/reward {metrics.get(f'{prefix}/reward', nan):.3f} "
+             f"± {metrics.get(f'{prefix}/reward_stderr', nan):.3f}"]
+    if _differs(metrics, f"{prefix}/grade", f"{prefix}/reward"):  # reward=rubric: the rubric's total above
+        parts.append(f"{prefix}/grade {metrics[f'{prefix}/grade']:.3f} ± {metrics[f'{prefix}/grade_stderr']:.3f} "
+                     "(the env's own)")
     parts.append(f"zero share {metrics.get(f'{prefix}/zero_share', nan):.2f}")
     if f"{prefix}/tool_call_rate" in metrics:
         parts.append(f"tool calls in {metrics[f'{prefix}/tool_call_rate']:.0%} of plays")

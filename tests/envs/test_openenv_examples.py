@@ -205,7 +205,7 @@ def _grpo(home: Path, *overrides: str) -> tuple[str, list[dict[str, Any]]]:
                    cwd=REPO, env=env)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
-    assert re.search(r"final eval/reward\s+-?[\d.]+", out), out[-4000:]
+    assert re.search(r"final eval/grade\s+-?[\d.]+", out), out[-4000:]
     (evals,) = home.glob("outputs/runs/openenv_example/*/evals")
     last = max(evals.glob("eval-step-*.jsonl"), key=lambda p: int(re.search(r"(\d+)", p.stem).group(1)))
     return out, [json.loads(line) for line in last.read_text().splitlines() if line.strip()]

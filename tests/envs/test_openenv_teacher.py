@@ -131,7 +131,7 @@ def test_the_recipes_warm_start_learns_the_remote_env(tmp_path: Path) -> None:
     assert done.returncode == 0, out[-4000:]
     assert "warm start: SFT on bisect demonstrations" in out
     warm = float(re.search(r"warm_start/eval/reward ([\d.]+)", out).group(1))
-    final = float(re.search(r"final eval/reward\s+([\d.]+)", out).group(1))
+    final = float(re.search(r"final eval/grade\s+([\d.]+)", out).group(1))
     # The untrained model finds nothing (benchmarks/RESULTS.md, "The OpenEnv example learns": 0 of 32);
     # the warm start on the teacher's plays finds most numbers.
     assert warm >= 0.5, out[-4000:]

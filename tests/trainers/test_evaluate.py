@@ -60,6 +60,7 @@ def test_the_grade_is_the_envs_whatever_the_reward_group_made_of_it() -> None:
     assert reward_metrics(played, "eval")["eval/reward"] == pytest.approx(0.9 / 4)  # the shaped one, apart
     assert rollout_metrics(played)["train/grade"] == pytest.approx(1.8 / 4)
     line = eval_line({**m, **reward_metrics(played, "eval")}, 2.0, step=3, subset="4 of 200 tasks")
-    assert line.startswith(f"step 3 eval/grade 0.450 ± {m['eval/grade_stderr']:.3f}, eval/reward 0.225 (the "
-                           "reward group's), zero share 0.75, tool calls in 50% of plays, failed 50% (")
+    assert line.startswith(f"step 3 eval/reward 0.225 ± {reward_metrics(played, 'eval')['eval/reward_stderr']:.3f}, "
+                           f"eval/grade 0.450 ± {m['eval/grade_stderr']:.3f} (the env's own), zero share 0.75, "
+                           "tool calls in 50% of plays, failed 50% (")
     assert line.endswith("4 of 200 tasks, 2.0 s")
