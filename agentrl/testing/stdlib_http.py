@@ -8,6 +8,7 @@ connection: the client sees ConnectionResetError or BrokenPipeError, never the a
 from __future__ import annotations
 
 import http.client
+import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -31,3 +32,16 @@ def stdlib_post(base_url: str, path: str, body: bytes | Iterable[bytes], headers
         return reply.status, {k.lower(): v for k, v in reply.getheaders()}, reply.read()
     finally:
         conn.close()
+
+
+def declared_only(base_url: str, path: str, length: int, timeout: float = 300.0) -> bytes:
+    """Send a POST's headers declaring a `length`-byte body and none of it; the server's answer as raw bytes
+    (b"" when it closed without one). A server that waited for the body would only answer at `timeout`."""
+    url = urlsplit(base_url)
+    with socket.create_connection((url.hostname or "127.0.0.1", url.port or 80), timeout=timeout) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {length}\r\n\r\n".encode())
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)

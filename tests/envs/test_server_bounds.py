@@ -3,7 +3,8 @@
 * a 5 MB hostile frame gets an error reply of a few hundred bytes that echoes a bounded prefix and says it was
   cut, over `/ws` and `/mcp`, and the session goes on;
 * a 17 MiB `/mcp` body gets its 413 even from Python's http.client, which sends the whole body before reading
-  (with and without `Connection: close`, declared or chunked).
+  (with and without `Connection: close`, declared or chunked); one declared past the drain bound is answered at
+  once, without waiting for a body.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from websockets.asyncio.client import connect
 from agentrl.envs.server import build_app, serve_in_background, wire
 from agentrl.envs.server.echo import EchoBundle
 from agentrl.envs.server.mcp_routes import MAX_BODY_BYTES
-from agentrl.testing.stdlib_http import oversized_json, stdlib_post
+from agentrl.serving import DRAIN_BYTES
+from agentrl.testing.stdlib_http import declared_only, oversized_json, stdlib_post
 
 FIVE_MB = 5_000_000
 REPLY_BOUND = 4000  # bytes: room for a reply's own text and a bounded echo, far below the frame's size
@@ -114,3 +116,10 @@ def test_a_17_mib_mcp_body_gets_its_413_through_http_client(served, how):
     status, _, reply = stdlib_post(url, "/mcp", json.dumps(
         {"jsonrpc": "2.0", "id": 2, "method": "openenv/session/create", "params": {}}).encode())
     assert status == 200 and "session_id" in json.loads(reply)["result"], reply
+
+
+def test_a_body_declared_past_the_drain_bound_is_answered_without_waiting_for_it(served):
+    url, _ = served
+    reply = declared_only(url, "/mcp", MAX_BODY_BYTES + DRAIN_BYTES + 1, timeout=120)  # no body ever comes
+    assert reply.startswith(b"HTTP/1.1 413 "), reply[:200]
+    assert b"connection: close" in reply.lower()

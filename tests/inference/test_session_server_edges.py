@@ -3,7 +3,8 @@
 * a tool message that answers no call (none before it, or a `tool_call_id` naming no call of the assistant
   message it follows) is a 400 naming `messages[i]`, and nothing is recorded; the conversations the agents send
   (each call's result with its id, an invalid call answered as a tool or a user message) still play;
-* a 17 MiB body gets its 413 even from Python's http.client, which sends the whole body before reading.
+* a 17 MiB body gets its 413 even from Python's http.client, which sends the whole body before reading; one
+  declared past the drain bound is answered at once, without waiting for a body.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from conftest import CALL_MUL, J_ADD
 from agentrl.inference.engine import EmbeddedEngine
 from agentrl.inference.server import start_session_server
 from agentrl.inference.sessions import MAX_BODY_BYTES
-from agentrl.testing.stdlib_http import oversized_json, stdlib_post
+from agentrl.serving import DRAIN_BYTES
+from agentrl.testing.stdlib_http import declared_only, oversized_json, stdlib_post
 
 HANG = 300.0  # seconds: only to turn a hang into a failure, never a speed check
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}},
@@ -114,7 +116,6 @@ def test_a_session_goes_on_with_its_calls_answered_and_stops_at_a_made_up_id(ser
     assert post(server, sid, messages).status_code == 200  # the session is unharmed
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("headers", [{}, {"Connection": "close"}], ids=["keep-alive", "Connection: close"])
 def test_a_17_mib_body_gets_its_413_through_http_client(server, headers):
     size = 17 << 20
@@ -127,3 +128,11 @@ def test_a_17_mib_body_gets_its_413_through_http_client(server, headers):
     assert f"limit of {MAX_BODY_BYTES} bytes" in json.loads(body)["error"]
     assert server.records(sid) == []
     assert post(server, sid, [USER]).status_code == 200
+
+
+def test_a_body_declared_past_the_drain_bound_is_answered_without_waiting_for_it(server):
+    sid = server.create_session()
+    path = f"/sessions/{sid}/v1/chat/completions"
+    reply = declared_only(server.base_url, path, MAX_BODY_BYTES + DRAIN_BYTES + 1, timeout=120)  # no body comes
+    assert reply.startswith(b"HTTP/1.1 413 "), reply[:200]
+    assert b"connection: close" in reply.lower() and b"inference.max_body_bytes" in reply
