@@ -6,6 +6,8 @@
   wedged handler (an engine stuck in a forward pass) never keeps SIGTERM from ending the process.
 * Both take `on_shutdown(grace_s)`, called as shutdown begins (`HookedServer`), so an app can answer
   its open requests itself before uvicorn's grace period ends.
+* `read_body`: a request body under a size limit, the rest drained (to a bound) before the 413, so that
+  clients which send their whole body before reading see the answer (the session server's `BodyLimit`, `/mcp`).
 
 Neutral on purpose: `agentrl.envs` and `agentrl.inference` both import it, never each other.
 """
