@@ -42,3 +42,31 @@ def atomic_dir(target: str | Path, tag: str = "tmp") -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def file_lock(path: str | Path) -> Iterator[None]:
+    """An exclusive advisory lock on the file `path` (made if missing), held for the block: one builder of a
+    cached folder at a time across processes."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: the atomic rename alone still keeps readers safe
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def make_readable(folder: str | Path) -> None:
+    """Open a built folder and its files to everyone the umask allows: mkdtemp (and some writers) create
+    owner-only entries, and cached models are shared with sandboxes and other users."""
+    folder = Path(folder)
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for f in folder.iterdir():
+        f.chmod(0o666 & ~umask)

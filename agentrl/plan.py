@@ -149,6 +149,7 @@ class Plan:
             f"trainer    {self.choices.get('trainer')}: {self.trainer_cls.__module__}.{self.trainer_cls.__name__}",
             f"model      {self.choices.get('model')}: {s.model.path}",
             f"inference  {self.choices.get('inference')}: {s.inference._target_}",
+            f"stages     {describe_stages(s, self.choices.get('trainer'))}",
             f"threads    {describe_threads(self.settings)}",
             f"outputs    {self.run_dir}",
             f"root       {project_root()} ({project_root_reason()}); recipes from {', '.join(map(str, recipe_dirs()))}",
@@ -159,6 +160,32 @@ class Plan:
             lines.append(f"metrics    MLflow {tracking_uri} (experiment {self.settings.logger.experiment})")
         lines += [f"note       {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def describe_stages(settings: Any, trainer_choice: str | None) -> str:
+    """The plan's `stages` line: what will run, in order, the warm start (or why none) included."""
+    t = settings.trainer
+    ws = getattr(t, "warm_start", None)
+    parts = []
+    if ws is not None:
+        if ws.checkpoint:
+            parts.append(f"start from {ws.checkpoint} (trainer.warm_start.checkpoint)")
+        elif ws.enabled:
+            parts.append(f"warm start: SFT on {ws.teacher} demonstrations, {ws.steps} steps at lr {ws.lr:g} "
+                         "(made on first use, then reused)")
+        else:
+            from agentrl.config.model import TinyModelConfig
+
+            why = "off" if isinstance(settings.model, TinyModelConfig) else \
+                "a pretrained model starts from itself; trainer.warm_start.enabled=true runs one"
+            parts.append(f"no warm start ({why})")
+    steps = getattr(t, "steps", None)
+    run = f"{trainer_choice or 'trainer'}{f' {steps} steps' if steps else ''}"
+    if (every := getattr(t, "eval_every", None)) is not None:
+        limit = getattr(t, "eval_limit", None)
+        run += f", eval {'every ' + str(every) + ' steps' if every else 'before and after'}" \
+               f" on {limit if limit else 'all'} {settings.env.eval_split} tasks"
+    return " -> ".join([*parts, run])
 
 
 MISSING_MODEL_PATH = ("model.path is not set: model=hf needs a local Hugging Face folder, e.g. model=hf "
@@ -273,12 +300,24 @@ def typed_settings(cfg: DictConfig) -> Any:
     """The whole config as its schema dataclasses (`RunConfig`), interpolations resolved; a required value left
     unset (`???`) is a PlanError naming its key."""
     try:
-        return OmegaConf.to_object(cfg)
+        settings = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as exc:
         key = getattr(exc, "full_key", None) or "a required value"
         if key == "model.path":
             raise PlanError(MISSING_MODEL_PATH) from None
         raise PlanError(f"{key} is not set: it has no default; set it, e.g. {key}=...") from None
+    resolve_warm_start(settings)
+    return settings
+
+
+def resolve_warm_start(settings: Any) -> None:
+    """`trainer.warm_start.enabled=null` (the default) decided: on for a model made from scratch (the tiny model,
+    which knows nothing before it), off for a pretrained model, which starts from itself."""
+    ws = getattr(settings.trainer, "warm_start", None)
+    if ws is not None and ws.enabled is None:
+        from agentrl.config.model import TinyModelConfig
+
+        ws.enabled = isinstance(settings.model, TinyModelConfig)
 
 
 def plan_resume(settings: Any, choices: dict[str, str | None], trainer_cls: type) -> Any:

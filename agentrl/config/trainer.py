@@ -139,7 +139,9 @@ class TrainerConfig:
 
 @dataclass
 class WarmStartConfig:
-    enabled: bool = True  # run SFT first when no warm-start checkpoint exists
+    # Run SFT first when no warm-start checkpoint exists. null: on for a model made from scratch (model=tiny),
+    # off for a pretrained one (an SFT at the warm start's rates would wreck it): the plan decides and says so.
+    enabled: bool | None = None
     teacher: str = "optimal"  # optimal | greedy: which demonstrations the warm start imitates
     checkpoint: str | None = None  # an existing SFT checkpoint folder (null: the recipe's own, made on demand)
     # SFT settings of the warm start made on demand (its folder under paths.checkpoint_dir/sft is keyed by them).

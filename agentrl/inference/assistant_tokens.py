@@ -137,6 +137,13 @@ def check_chat_template(tokenizer: Any, tool_format: str) -> str:
     first_turn = _first_run(ids, mask)
     text = tokenizer.decode(first_turn, skip_special_tokens=False)
     text = text[:text.rfind(end_of_turn(tokenizer))] if end_of_turn(tokenizer) in text else text
+    if not text.strip() or "get_price" not in text:
+        # Its assistant turns ignore tool_calls (SmolLM2's stock template renders only role and content).
+        raise TemplateError(f"the chat template writes no tool calls: it renders an assistant turn that calls a "
+                            f"tool as {text.strip()[:80]!r}, so the model can neither be shown nor trained on a "
+                            "call. Give it a template that renders tool calls and tools with model.chat_template="
+                            "FILE; for a ChatML model agentrl ships one: model.chat_template="
+                            f"{_shipped_template()} with model.tool_format=hermes")
     if not _reads_sample(tool_call_parser(tool_format), text):
         readers = [name for name, parse in PARSERS.items() if _reads_sample(parse, text)]
         hint = f"model.tool_format={readers[0]} reads them" if readers else "no tool format agentrl knows reads them"
@@ -145,6 +152,13 @@ def check_chat_template(tokenizer: Any, tool_format: str) -> str:
     if has_generation_blocks(template):
         return "chat template: {% generation %} blocks mark the assistant's tokens"
     return "chat template: no {% generation %} blocks; assistant tokens taken from prefix renders (checked)"
+
+
+def _shipped_template() -> str:
+    """agentrl's ChatML template with hermes tools, as a path a user can pass to model.chat_template."""
+    from importlib.resources import files
+
+    return str(files("agentrl.models").joinpath("chatml_tools.jinja"))
 
 
 def _first_run(ids: list[int], mask: list[int]) -> list[int]:

@@ -22,8 +22,9 @@ def _offline() -> None:
     constants.HF_HUB_OFFLINE = True
 
 
-def local_model(path: str, **_: Any) -> str:
-    """Check that `path` is a usable local model folder and return it as an absolute path.
+def local_model(path: str, chat_template: str | None = None, template_dir: str | None = None, **_: Any) -> str:
+    """Check that `path` is a usable local model folder and return it as an absolute path (with `chat_template`,
+    a file: the folder that serves it with that template, `models.chat_templates`).
 
     Usable: a folder with `config.json`, weights, and a tokenizer that loads offline and has a chat template; or a
     LoRA adapter folder (`adapter_config.json`, its weights and tokenizer) whose base model folder is usable.
@@ -50,6 +51,10 @@ def local_model(path: str, **_: Any) -> str:
         raise ValueError(f"model.path={folder} holds no weights (*.safetensors or pytorch_model*.bin)")
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise ValueError(f"model.path={folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)})")
+    if chat_template:
+        from agentrl.models.chat_templates import with_chat_template
+
+        folder = Path(with_chat_template(folder, chat_template, template_dir or folder.parent / "with_template"))
     from transformers import AutoTokenizer
 
     try:
@@ -58,7 +63,8 @@ def local_model(path: str, **_: Any) -> str:
         raise ValueError(f"model.path={folder}: the tokenizer does not load offline ({type(e).__name__}: {e})") from e
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError(f"model.path={folder}: the tokenizer has no chat template (chat_template.jinja or "
-                         "tokenizer_config.json 'chat_template'); agents need one to render tools and turns")
+                         "tokenizer_config.json 'chat_template'); agents need one to render tools and turns: "
+                         "give one with model.chat_template=FILE (docs/models.md)")
     return str(folder)
 
 

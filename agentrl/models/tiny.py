@@ -7,18 +7,16 @@ lock, so concurrent callers never see a half-written model.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from agentrl.config.model import TinyModelConfig as Tiny  # the defaults' one home: model=tiny's schema
-from agentrl.fsutil import atomic_dir
+from agentrl.fsutil import atomic_dir, file_lock, make_readable
 
 log = logging.getLogger(__name__)
 
@@ -47,27 +45,37 @@ def ensure_tiny_model(path: str, seed: int = Tiny.seed, vocab_size: int = Tiny.v
                       hidden_size: int = Tiny.hidden_size, num_layers: int = Tiny.num_layers,
                       num_heads: int = Tiny.num_heads, num_kv_heads: int = Tiny.num_kv_heads,
                       intermediate_size: int = Tiny.intermediate_size,
-                      max_position_embeddings: int = Tiny.max_position_embeddings, **_: Any) -> str:
+                      max_position_embeddings: int = Tiny.max_position_embeddings, chat_template: str | None = None,
+                      template_dir: str | None = None, **_: Any) -> str:
     """Build the tiny model's Hugging Face folder at `path` unless it is already there; return `path`.
 
     The same settings always give bit-identical weights; the tokenizer does not depend on `seed`. A folder
-    already at `path` that was built with other settings raises ValueError rather than being reused.
+    already at `path` that was built with other settings raises ValueError rather than being reused. With
+    `chat_template` (a file), returns the folder that serves the model with that template instead.
     """
     settings = {"seed": seed, "vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers,
                 "num_heads": num_heads, "num_kv_heads": num_kv_heads, "intermediate_size": intermediate_size,
                 "max_position_embeddings": max_position_embeddings}
     _check_settings(settings)
     target = Path(path).expanduser().absolute()
-    if _is_built(target, settings):
+    _ensure_built(target, settings)
+    if not chat_template:
         return str(target)
+    from agentrl.models.chat_templates import with_chat_template
+
+    return with_chat_template(target, chat_template, template_dir or target.parent / "with_template")
+
+
+def _ensure_built(target: Path, settings: dict[str, int]) -> None:
+    if _is_built(target, settings):
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(target.parent / f".{target.name}.lock"):
+    with file_lock(target.parent / f".{target.name}.lock"):
         if _is_built(target, settings):  # another process finished it while we waited
-            return str(target)
+            return
         with atomic_dir(target, tag="building") as tmp:
             build_tiny_model(tmp, **settings)
-            _make_readable(tmp)
-    return str(target)
+            make_readable(tmp)
 
 
 # The plan does not build the tiny model (it is made on first use, with agentrl's own chat template).
@@ -199,27 +207,3 @@ def _finish_tokenizer_config(out: Path, template: str) -> None:
     # in tokenizer_config.json, so it is kept in both, identical.
     config["chat_template"] = template
     config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-
-
-def _make_readable(folder: Path) -> None:
-    # mkdtemp (and some writers) create owner-only entries; the model is shared with sandboxes and other users.
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for f in folder.iterdir():
-        f.chmod(0o666 & ~umask)
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: the atomic rename alone still keeps readers safe
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

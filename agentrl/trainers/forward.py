@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from agentrl.devices import autocast
+from agentrl.devices import autocast, model_autocast
 from agentrl.trainers.trained_model import checkpointing
 
 # A shared prefix shorter than this is not worth a second forward call.
@@ -40,9 +40,9 @@ def next_token_logits(model: Any, ids: torch.Tensor, attn: torch.Tensor, start: 
     Positions before `start` feed attention but get no vocabulary-wide head. With `share_prefix`, the leading
     tokens all rows share (up to `start`) run once, at batch size 1, and their key/value cache is repeated
     across the batch; gradients flow back through the repeat, so the loss and its gradient are those of the
-    plain forward pass (to float rounding). On CUDA it runs under bf16 autocast.
+    plain forward pass (to float rounding). It runs under the model's `model.autocast` (bf16 on CUDA by default).
     """
-    with autocast(ids.device):  # the training forward runs in bf16 on CUDA (float32 weights stay)
+    with autocast(ids.device, model_autocast(model)):  # bf16 matmuls; the master weights keep their dtype
         return _next_token_logits(model, ids, attn, start, share_prefix)
 
 

@@ -24,7 +24,8 @@ def checkpointing(model: Any) -> bool:
 
 
 def prepare_for_training(model: Any, model_cfg: Any) -> Any:
-    """Turn on gradient checkpointing when `model.gradient_checkpointing` asks for it; returns the model."""
+    """Turn on gradient checkpointing when `model.gradient_checkpointing` asks for it, and note `model.autocast` on
+    the model for its training forward; returns the model."""
     if getattr(model_cfg, "gradient_checkpointing", False):
         # Non-reentrant checkpointing works with inputs that need no grad and with autocast; no KV cache then.
         enable = getattr(model, "activation_checkpointing_enable", None)
@@ -33,6 +34,10 @@ def prepare_for_training(model: Any, model_cfg: Any) -> Any:
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
+    from agentrl.devices import AUTOCAST_ATTRIBUTE
+
+    # Carried by the model, so every forward that trains it (GRPO, SFT, the reference) autocasts the same way.
+    setattr(model, AUTOCAST_ATTRIBUTE, str(getattr(model_cfg, "autocast", None) or "auto"))
     return model
 
 

@@ -172,7 +172,8 @@ def grpo_config_kwargs(settings: RunConfig, *, output_dir: str | Path, cpu: bool
         "shuffle_dataset": False,  # the dataset is already in the built-in trainer's seeded row order
         "seed": settings.seed,
         "use_cpu": cpu,
-        "bf16": not cpu,
+        # model.autocast: bf16 mixed precision (accelerate's autocast) on CUDA by default, on a CPU when asked.
+        "bf16": model.autocast == "bfloat16" or (model.autocast == "auto" and not cpu),
         # model.dtype (the trained weights') and model.gradient_checkpointing.
         "model_init_kwargs": {"dtype": model.dtype},
         checkpointing_field(): model.gradient_checkpointing,
