@@ -25,6 +25,7 @@ from agentrl.testing import Reply, ScriptedChat, tool_call
 from agentrl.testing.config import compose_config
 from agentrl.testing.plays import rewarded
 from agentrl.testing.scripted_chat import sglang_tool_parser
+from agentrl.trainers.eval_subset import eval_subset
 
 
 @pytest.fixture(scope="module")
@@ -349,6 +350,17 @@ def test_the_eval_split_is_balanced_and_apart_from_train(calc):
         assert calculate(r["expression"]) == r["answer"] and int(r["answer"]) >= 0
     assert calc.task_info("eval", 0).extra == {"kind": ev[0]["kind"], "level": ev[0]["level"]}
     assert calc.eval_breakdown == {"kind": "reward_{}"} and calc.score_names == ("grade",)
+
+
+def test_an_eval_subset_keeps_the_kinds_equal_shares(calc):
+    """calc declares `eval_strata = "kind"`: trainer.eval_limit=20 plays 5 tasks of each kind, the same ones every
+    time."""
+    assert calc.eval_strata == "kind"
+    subset = eval_subset(calc, "eval", 20)
+    assert subset.stratified_by == "kind" and subset.total == 100 and len(subset.indices) == 20
+    assert Counter(calc.task_info("eval", i).extra["kind"] for i in subset.indices) == dict.fromkeys(KINDS, 5)
+    assert subset.note == "20 of 100 tasks, stratified by kind"
+    assert eval_subset(calc, "eval", 20).indices == subset.indices
 
 
 def test_env_calc_composes_and_loads():
