@@ -8,6 +8,7 @@ from omegaconf import MISSING
 
 from agentrl.config.numbers import check_counts, check_finite, check_ports
 
+ENGINE_DTYPES = ("auto", "float32", "bfloat16")  # the embedded engine's (inference.dtype)
 VLLM_DTYPES = ("float32", "bfloat16", "float16", "auto")
 
 
@@ -31,6 +32,9 @@ class EmbeddedInferenceConfig(InferenceConfig):
     _target_: str = "agentrl.inference.engine_process.embedded_engine"
     model_path: str = "${model.path}"  # the weights served (trainers pass their current checkpoint)
     device: str = "cpu"  # cpu (float32) | cuda (bfloat16)
+    # The served weights' dtype: auto (float32 on a CPU, bfloat16 on CUDA) | float32 | bfloat16 (a CPU with
+    # AMX-BF16 decodes faster; the learner-vs-engine logprob gap is measured in benchmarks/RESULTS.md).
+    dtype: str = "auto"
     max_batch_sequences: int = 64  # sequences decoded together in one forward pass
     batch_wait_ms: float = 2.0  # how long a new request waits for others to share its batch
     # Run the engine in a child process of its own, so generation and training use different cores (a 2-core box:
@@ -40,6 +44,8 @@ class EmbeddedInferenceConfig(InferenceConfig):
 
     def __post_init__(self) -> None:
         check_server_numbers(self)
+        if self.dtype not in ENGINE_DTYPES:
+            raise ValueError(f"inference.dtype={self.dtype!r}: choose one of {', '.join(ENGINE_DTYPES)}")
         check_counts("inference", self, ("max_batch_sequences",))
         check_finite("inference", self, ("batch_wait_ms",))
         if int(self.process_threads) < 0:

@@ -67,7 +67,8 @@ class EmbeddedEngine:
 
     Args:
         model_path: a local Hugging Face folder (model + tokenizer); nothing is downloaded.
-        device: "cpu" (float32) or "cuda"/"cuda:N" (bfloat16).
+        device: "cpu" or "cuda"/"cuda:N".
+        dtype: the served weights' dtype, "auto" (float32 on a CPU, bfloat16 on CUDA), "float32" or "bfloat16".
         max_batch_sequences: most sequences decoded together in one forward pass.
         batch_wait_ms: how long the first request to an idle engine waits for others to share its batch.
     Extra keyword arguments (the inference config's host/port) are accepted and ignored.
@@ -79,6 +80,7 @@ class EmbeddedEngine:
         device: str = Embedded.device,
         max_batch_sequences: int = Embedded.max_batch_sequences,
         batch_wait_ms: float = Embedded.batch_wait_ms,
+        dtype: str = Embedded.dtype,
         **_: Any,
     ) -> None:
         from transformers import AutoTokenizer
@@ -90,7 +92,8 @@ class EmbeddedEngine:
             raise ValueError(f"max_batch_sequences must be >= 1, got {max_batch_sequences}")
         self.model_path = path
         self.device = torch.device(device)
-        self.dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        self.dtype = getattr(torch, dtype) if dtype != "auto" else \
+            torch.float32 if self.device.type == "cpu" else torch.bfloat16
         self.max_batch_sequences = int(max_batch_sequences)
         self.batch_wait_s = max(0.0, float(batch_wait_ms)) / 1000.0
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
