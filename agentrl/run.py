@@ -115,7 +115,7 @@ def closing_block(*, status: str, run_dir: Path, tracker: Tracker, metrics: dict
     if uri := tracker.tracking_uri:
         lines.append(f"MLflow        {uri}  experiment {tracker.experiment}  run {tracker.run_id}")
         lines.append(f"browse        {tracker.ui_command()}")
-        if url := tracker.url():
+        if url := tracker.url(charts=True):  # a training run's page opens on its charts
             lines.append(f"              then {url}")
     lines += final_scores(metrics, run_dir, subset)
     if results := latest_results(run_dir):

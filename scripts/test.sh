@@ -2,7 +2,7 @@
 # The test command, run the way the README tells a user to install: a virtual environment (.venv at the checkout
 # root, made once and reused; AGENTRL_VENV=DIR for another), agentrl installed into it with the tested versions
 # (pip install -c constraints.txt -e '.[dev]'), Miles' light CPU path, vLLM's CPU build in a venv of its own
-# (scripts/install_vllm.sh; AGENTRL_VLLM_PYTHON), a Docker engine when root (always in CI),
+# (scripts/install_vllm.sh; AGENTRL_VLLM_PYTHON), a Docker engine and headless Chromium when root (always in CI),
 # then the whole suite inside that venv, on AGENTRL_TEST_WORKERS pytest-xdist workers (2; 0 runs it in this one
 # process), each test file on one worker (its module fixtures built once). Extra arguments go to pytest.
 set -euo pipefail
@@ -30,6 +30,14 @@ if [ -n "${CI:-}" ]; then
   export AGENTRL_REQUIRE_DOCKER=1
 elif [ -f .ci/setup_docker.sh ] && [ "$(id -u)" = 0 ]; then
   bash .ci/setup_docker.sh || echo "warning: no Docker engine; the Docker sandbox tests will skip" >&2
+fi
+# Headless Chromium for the MLflow run-page test (Debian's chromium): in CI it must run, never skip; elsewhere
+# installed when root, else that test skips saying so.
+if [ -n "${CI:-}" ]; then
+  bash .ci/setup_chromium.sh
+  export AGENTRL_REQUIRE_CHROMIUM=1
+elif [ "$(id -u)" = 0 ]; then
+  bash .ci/setup_chromium.sh || echo "warning: no Chromium; the MLflow run-page test will skip" >&2
 fi
 # The venv's bin first on PATH: tests and scripts that call `python3` or console scripts get the venv's.
 export PATH="$(cd "$VENV/bin" && pwd):$PATH" VIRTUAL_ENV="$(cd "$VENV" && pwd)"

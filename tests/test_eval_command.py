@@ -93,7 +93,9 @@ def test_eval_command_then_compare(tmp_path: Path) -> None:
     assert "agentrl.run_kind" not in client.get_run(train_id).data.tags
     assert run.data.tags["agentrl.eval.model"] == str(train_dir / "final_model")
     metrics = run.data.metrics
-    assert metrics and all(k.startswith("eval/") for k in metrics), sorted(metrics)  # no train/, rollout/, time/
+    # no train/, rollout/, time/: eval/* and the run page's summary copies of eval/grade and eval/reward
+    assert metrics and all(k.startswith("eval/") for k in metrics if not k.startswith("_summary/")), sorted(metrics)
+    assert {k for k in metrics if k.startswith("_summary/")} == {"_summary/eval_grade", "_summary/eval_reward"}
     for k in (1, 2, 3):  # pass@k from the samples in the file (a pass: score >= 0.0, the asked pass_score)
         expect = sum(pass_at_k(3, sum(s["score"] >= 0.0 for s in r["samples"]), k) for r in records) / 3
         assert metrics[f"eval/pass_at_{k}"] == pytest.approx(expect)

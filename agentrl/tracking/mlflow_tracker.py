@@ -48,6 +48,15 @@ EXPERIMENT_KIND = "custom_model_development"
 UI_TRAINING_VIEW = "workflowType=machine_learning"
 # The run description MLflow's UI shows on the run page.
 DESCRIPTION_TAG = "mlflow.note.content"
+# The run page's tab of metric charts (MLflow 3.17's route): the link a training run prints opens on it.
+METRICS_TAB = "model-metrics"
+# That tab draws one chart per metric, in sections named by the key's prefix (`eval/grade` -> `eval`), sorted by
+# name (the browser remembers a reordering; nothing on the server orders them), charts by key within a section.
+# So `async/*` came first. Each key here is also logged as `_summary/<key with _ for />` (`_summary/eval_grade`),
+# the same value at the same step: `_` sorts before every lowercase prefix (by code unit and by locale), so these
+# six charts, two rows of three, are the tab's first screen; the rest keep their sections after them.
+SUMMARY_SECTION = "_summary"
+SUMMARY_KEYS = ("eval/grade", "eval_greedy/grade", "eval/reward", "train/reward", "train/loss", "time/step_s")
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +135,11 @@ def experiment_name(logger_cfg: Any, dry_run: bool) -> str:
     if dry_run and logger_cfg.get("dry_run_experiment"):
         return str(logger_cfg.dry_run_experiment)
     return str(logger_cfg.experiment)
+
+
+def summary_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """The copies of `metrics`' `SUMMARY_KEYS` under `SUMMARY_SECTION` (`eval/grade` -> `_summary/eval_grade`)."""
+    return {f"{SUMMARY_SECTION}/{key.replace('/', '_')}": metrics[key] for key in SUMMARY_KEYS if key in metrics}
 
 
 def ui_command(tracking_uri: str) -> str:
@@ -268,13 +282,14 @@ class MLflowTracker:
             self.client.log_batch(self.run_id, params=params[i : i + PARAMS_PER_BATCH])
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        """Log finite scalar metrics at `step`; non-finite values and steps a resumed run already logged are skipped."""
+        """Log finite scalar metrics at `step`, and the headline ones' copies (`summary_metrics`); non-finite values
+        and steps a resumed run already logged are skipped."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         batch = [
             Metric(key, float(value), now, int(step))
-            for key, value in metrics.items()
+            for key, value in {**metrics, **summary_metrics(metrics)}.items()
             if value is not None and math.isfinite(float(value)) and step > self._logged_upto.get(key, -1)
         ]
         for i in range(0, len(batch), METRICS_PER_BATCH):
@@ -346,8 +361,9 @@ class MLflowTracker:
             return log_adapter(self.client, self.experiment_id, self.run_id, model_dir, name)
         return log_hf_model(self.client, self.tracking_uri, self.experiment_id, self.run_id, model_dir, name)
 
-    def url(self) -> str | None:
-        """The run page in the MLflow UI (the default `mlflow ui` address for a local store), training view.
+    def url(self, charts: bool = False) -> str | None:
+        """The run page in the MLflow UI (the default `mlflow ui` address for a local store), training view;
+        `charts`: opened on its metric charts (`METRICS_TAB`, the summary section first), else its overview.
 
         MLflow 3.17's UI picks GenAI or "Model training" from its `workflowType` URL parameter (else the toggle
         the browser remembers, GenAI at first) and not from the experiment's kind tag, so the link names it.
@@ -355,7 +371,8 @@ class MLflowTracker:
         if self.run_id is None or self.experiment_id is None:
             return None
         base = self.tracking_uri if urlparse(self.tracking_uri).scheme in ("http", "https") else "http://127.0.0.1:5000"
-        return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}?{UI_TRAINING_VIEW}"
+        tab = f"/{METRICS_TAB}" if charts else ""
+        return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}{tab}?{UI_TRAINING_VIEW}"
 
     def ui_command(self) -> str:
         """The command that browses this store (`ui_command` of its URI)."""

@@ -74,8 +74,8 @@ class Tracker(Protocol):
     def log_model(self, model_dir: str | Path, name: str = "model") -> str | None:
         """Log a saved Hugging Face model folder as the run's logged model; its id, or None if it was skipped."""
 
-    def url(self) -> str | None:
-        """The run's page in the tracking UI (None before start)."""
+    def url(self, charts: bool = False) -> str | None:
+        """The run's page in the tracking UI (None before start); `charts`: opened on its metric charts."""
 
     def ui_command(self) -> str:
         """How a user browses this store (a command, or the server's address)."""

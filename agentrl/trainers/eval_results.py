@@ -141,12 +141,13 @@ def majority_metrics(records: Sequence[Mapping[str, Any]], prefix: str) -> dict[
 
 
 def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The eval table: one row per sample (task id, sample, prompt, completion, tool calls, grade, score,
-    reward)."""
-    return [{"task_id": r["task_id"], "split": r["split"], "sample": j, "prompt": r["prompt"],
-             "completion": s["answer"], "tool_calls": s["tool_calls"], "invalid_calls": s["invalid_calls"],
-             "grade": sample_value(s), "score": s["score"], "reward": s["reward"], "completion_tokens": s["completion_tokens"],
-             "failure": s["failure"] or ""}
+    """The eval table: one row per sample. Its columns in this order, as MLflow's artifact view draws them, so
+    the numbers are on the first screen and the long texts last: task id, grade, score, reward, failure, tool
+    calls, invalid calls, completion tokens, sample, split, prompt, completion."""
+    return [{"task_id": r["task_id"], "grade": sample_value(s), "score": s["score"], "reward": s["reward"],
+             "failure": s["failure"] or "", "tool_calls": s["tool_calls"], "invalid_calls": s["invalid_calls"],
+             "completion_tokens": s["completion_tokens"], "sample": j, "split": r["split"],
+             "prompt": r["prompt"], "completion": s["answer"]}
             for r in records for j, s in enumerate(r["samples"])]
 
 

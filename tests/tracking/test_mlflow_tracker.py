@@ -22,6 +22,7 @@ from agentrl.tracking.mlflow_tracker import (
     flatten_params,
 )
 from agentrl.tracking.tracker import DatasetRef
+from agentrl.trainers.eval_results import table_rows
 
 
 def _cfg():
@@ -57,6 +58,58 @@ def test_params_tags_metrics_and_resume_without_duplicates(tmp_path: Path):
     assert history == [(0, 0.0), (1, 0.1), (2, 0.2), (3, 0.3), (4, 0.9)]
     assert client.get_run(run_id).info.status == "FINISHED"
     assert len(client.search_runs([run.info.experiment_id])) == 1
+
+
+def test_headline_metrics_are_copied_into_the_summary_section_that_sorts_first(tmp_path: Path):
+    uri = seed_store(tmp_path / "mlflow.db")
+    tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
+    run_id = tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
+    tracker.log({"eval/grade": 0.25, "eval/reward": 0.5, "eval/zero_share": 0.5}, step=0)
+    for step in (1, 2):
+        tracker.log({"train/reward": step / 10, "train/loss": -step, "time/step_s": 3.0 + step,
+                     "async/held_s": 0.0, "train/kl": 0.1}, step=step)
+    tracker.log({"eval/grade": 0.75, "eval/reward": 0.5}, step=2)
+    tracker.log({"eval_greedy/grade": 0.8, "eval_greedy/reward": 0.8}, step=2)
+    tracker.finish()
+
+    client = MlflowClient(uri)
+    copies = {"_summary/eval_grade": "eval/grade", "_summary/eval_greedy_grade": "eval_greedy/grade",
+              "_summary/eval_reward": "eval/reward", "_summary/train_reward": "train/reward",
+              "_summary/train_loss": "train/loss", "_summary/time_step_s": "time/step_s"}
+    assert {key for key in client.get_run(run_id).data.metrics if key.startswith("_summary/")} == set(copies)
+
+    def history(name: str) -> list[tuple[int, float]]:
+        return sorted((m.step, m.value) for m in client.get_metric_history(run_id, name))
+
+    for key, source in copies.items():  # the same values at the same steps as the metric each copies
+        assert history(key) == history(source) != [], key
+    # Sections are sorted by name, by code unit on the first draw and by locale after it: the summary's prefix
+    # comes before every other agentrl prefix under both (`_` is punctuation, before letters, to ICU too).
+    prefixes = {key.split("/")[0] for key in client.get_run(run_id).data.metrics}
+    assert sorted(prefixes)[0] == "_summary"
+    assert "_summary" < "async" and "_summary" < "best" and "_summary" < "eval"
+
+
+def test_the_link_a_training_run_prints_opens_its_charts(tmp_path: Path):
+    uri = seed_store(tmp_path / "mlflow.db")
+    tracker = MLflowTracker(tracking_uri=uri, experiment="t", output_root=tmp_path)
+    tracker.start(_cfg(), choices={}, run_dir=tmp_path / "run")
+    page = f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}"
+    assert tracker.url() == f"{page}?workflowType=machine_learning"
+    assert tracker.url(charts=True) == f"{page}/model-metrics?workflowType=machine_learning"
+    tracker.finish()
+
+
+def test_the_eval_table_leads_with_its_numbers():
+    record = {"task_id": "t1", "split": "eval", "prompt": "p" * 500,
+              "samples": [{"score": 0.5, "grade": 0.4, "reward": 0.5, "answer": "a" * 500, "tool_calls": 1,
+                           "invalid_calls": 0, "completion_tokens": 9, "failure": None}]}
+    [row] = table_rows([record])
+    # MLflow's artifact view draws the columns in this order: the grade, score and reward within the first
+    # screen, the long prompt and completion last.
+    assert list(row)[:4] == ["task_id", "grade", "score", "reward"]
+    assert list(row)[-2:] == ["prompt", "completion"]
+    assert (row["grade"], row["score"], row["reward"]) == (0.4, 0.5, 0.5)
 
 
 def test_flatten_params_nested_and_empty():
@@ -188,7 +241,7 @@ def test_closing_block_reports_what_is_present(tmp_path: Path):
     assert f"MLflow        {uri}  experiment t  run {tracker.run_id}" in lines
     assert f"browse        mlflow ui --backend-store-uri {uri}" in lines
     page = f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}"
-    assert any(ln.strip() == f"then {page}?workflowType=machine_learning" for ln in lines)
+    assert any(ln.strip() == f"then {page}/model-metrics?workflowType=machine_learning" for ln in lines)
     assert "final eval/reward  0.911 sampled, 0.960 greedy-decoded" in lines  # no per-task files: no grades
     # the engine's start is a stage of its own, and what no stage holds is named too
     assert ("wall time     warm start 5.4 min, engine start 1.5 min, training 7.5 min, eval 1.5 min, other 6 s "
