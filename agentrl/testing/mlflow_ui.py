@@ -32,13 +32,15 @@ def free_port() -> int:
 @contextmanager
 def mlflow_ui(tracking_uri: str, log: Path, timeout_s: float = 180.0) -> Iterator[str]:
     """`mlflow ui --backend-store-uri tracking_uri` on a free port (its output in `log`); yields its address once
-    `/health` answers, and stops it (its whole process group: uvicorn's and the job runner's children) after."""
+    `/health` answers, and stops it (its whole process group: uvicorn's children) after. MLflow's job runner (a
+    pool of huey workers for GenAI jobs no page here needs) is left off."""
     port = free_port()
     log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri,
                                  "--host", "127.0.0.1", "--port", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(proc, url, timeout=timeout_s, log=log, poll=0.5)
