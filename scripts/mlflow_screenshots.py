@@ -2,14 +2,13 @@
 
     python scripts/mlflow_screenshots.py --ui http://127.0.0.1:5000 --experiment 1 --run RUN_ID --out docs/img
     python scripts/mlflow_screenshots.py ... --no-overview --trace trace.png=TRACE_ID@submit_schedule \
-        --artifact eval_table.png=evals/eval-step-2_table.json
+        --artifact eval_table.png=evals/eval-step-8_table.json
 
 Start the UI first (`mlflow ui --backend-store-uri sqlite:///.../outputs/mlflow.db`). Chromium is driven over
 its DevTools protocol (no Playwright download; agentrl/testing/browser.py): each page is given real time to fetch
 and draw its charts, the "MLflow Assistant" side panel is closed, then the viewport is captured as PNG. Writes
-run.png (the run's overview, training view), metrics.png (its Model metrics tab, where the link a training run
-prints opens: the `_summary` charts first) and eval_reward.png (eval/reward and eval_greedy/reward on one chart)
-unless --no-overview; each --trace
+run.png (the run's overview, training view) and metrics.png (its Model metrics tab, where the link a training run
+prints opens: the `_summary` charts first, the greedy-decoded grade among them) unless --no-overview; each --trace
 NAME=TRACE_ID[@SPAN] writes NAME: the run's Traces tab with that trace opened (SPAN, a span's name, selected in
 its tree: its inputs and outputs shown), cropped to the trace's panel; each --artifact NAME=PATH writes NAME: the
 run's Artifacts tab with that file open (an MLflow table, `Tracker.log_table`, is drawn as a table: cropped
@@ -31,7 +30,6 @@ from agentrl.testing.mlflow_ui import (
     SELECT_SPAN,
     TABLE_BOX,
     artifact_page,
-    metric_plot_page,
     metrics_page,
     run_page,
 )
@@ -67,7 +65,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("docs/img"))
     ap.add_argument("--wait", type=float, default=20.0, help="seconds each page gets to load its data and charts")
     ap.add_argument("--height", type=int, default=1000, help="viewport height in pixels (width 1600)")
-    ap.add_argument("--no-overview", action="store_true", help="skip run.png, metrics.png and eval_reward.png")
+    ap.add_argument("--no-overview", action="store_true", help="skip run.png and metrics.png")
     ap.add_argument("--trace", type=named, action="append", default=[], metavar="NAME=TRACE_ID[@SPAN]")
     ap.add_argument("--artifact", type=named, action="append", default=[], metavar="NAME=PATH")
     args = ap.parse_args()
@@ -77,8 +75,6 @@ def main() -> None:
     if not args.no_overview:
         pages["run.png"] = (run_page(ui, exp, run), [CLOSE_ASSISTANT], None)
         pages["metrics.png"] = (metrics_page(ui, exp, run), [CLOSE_ASSISTANT], None)
-        pages["eval_reward.png"] = (metric_plot_page(ui, exp, run, ["eval/reward", "eval_greedy/reward"]),
-                                    [CLOSE_ASSISTANT], None)
     for name, spec in args.trace:
         # The run's Traces tab; selectedEvaluationId opens that trace's panel (as the UI's own trace links do).
         trace_id, _, span = spec.partition("@")

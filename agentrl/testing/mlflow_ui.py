@@ -7,7 +7,6 @@ changed UI fails the test loudly rather than passing it.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -72,14 +71,6 @@ def artifact_page(ui: str, experiment_id: str, run_id: str, path: str) -> str:
     page = run_page(ui, experiment_id, run_id)
     base, _, query = page.partition("?")
     return f"{base}/artifactPath/{quote(path)}?{query}"
-
-
-def metric_plot_page(ui: str, experiment_id: str, run_id: str, keys: list[str]) -> str:
-    """MLflow's metric page (Utils.getMetricPageRoute): `keys` on one chart by step, points drawn."""
-    return (f"{ui.rstrip('/')}/#/metric?runs={quote(json.dumps([run_id]))}&metric={quote(json.dumps(keys[0]))}"
-            f"&experiments={quote(json.dumps([experiment_id]))}&plot_metric_keys={quote(json.dumps(keys))}"
-            "&plot_layout=%7B%7D&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=true"
-            f"&deselected_curves=%5B%5D&last_linear_y_axis_range=%5B%5D&{UI_TRAINING_VIEW}")
 
 
 # Close the "MLflow Assistant" side panel (its close button's component id), so the page gets the width.
