@@ -164,10 +164,12 @@ class Plan:
 
 def describe_stages(settings: Any, trainer_choice: str | None) -> str:
     """The plan's `stages` line: what will run, in order, the warm start (or why none) included."""
+    from agentrl.config.trainer import WarmStartSettings
+
     t = settings.trainer
-    ws = getattr(t, "warm_start", None)
     parts = []
-    if ws is not None:
+    if isinstance(t, WarmStartSettings):
+        ws = t.warm_start
         if ws.checkpoint:
             parts.append(f"start from {ws.checkpoint} (trainer.warm_start.checkpoint)")
         elif ws.enabled:
@@ -179,10 +181,10 @@ def describe_stages(settings: Any, trainer_choice: str | None) -> str:
             why = "off" if isinstance(settings.model, TinyModelConfig) else \
                 "a pretrained model starts from itself; trainer.warm_start.enabled=true runs one"
             parts.append(f"no warm start ({why})")
-    steps = getattr(t, "steps", None)
+    knobs = vars(t)  # the trainer's typed settings: the keys its schema declares (Miles has no eval_every)
+    steps, every, limit = knobs.get("steps"), knobs.get("eval_every"), knobs.get("eval_limit")
     run = f"{trainer_choice or 'trainer'}{f' {steps} steps' if steps else ''}"
-    if (every := getattr(t, "eval_every", None)) is not None:
-        limit = getattr(t, "eval_limit", None)
+    if every is not None:
         run += f", eval {'every ' + str(every) + ' steps' if every else 'before and after'}" \
                f" on {limit if limit else 'all'} {settings.env.eval_split} tasks"
     return " -> ".join([*parts, run])
@@ -299,25 +301,30 @@ def adapter_lora(settings: Any) -> Any:
 def typed_settings(cfg: DictConfig) -> Any:
     """The whole config as its schema dataclasses (`RunConfig`), interpolations resolved; a required value left
     unset (`???`) is a PlanError naming its key."""
+    resolve_warm_start(cfg)
     try:
-        settings = OmegaConf.to_object(cfg)
+        return OmegaConf.to_object(cfg)
     except MissingMandatoryValue as exc:
         key = getattr(exc, "full_key", None) or "a required value"
         if key == "model.path":
             raise PlanError(MISSING_MODEL_PATH) from None
         raise PlanError(f"{key} is not set: it has no default; set it, e.g. {key}=...") from None
-    resolve_warm_start(settings)
-    return settings
 
 
-def resolve_warm_start(settings: Any) -> None:
-    """`trainer.warm_start.enabled=null` (the default) decided: on for a model made from scratch (the tiny model,
-    which knows nothing before it), off for a pretrained model, which starts from itself."""
-    ws = getattr(settings.trainer, "warm_start", None)
-    if ws is not None and ws.enabled is None:
-        from agentrl.config.model import TinyModelConfig
+def resolve_warm_start(cfg: DictConfig) -> None:
+    """`trainer.warm_start.enabled=null` (the default) decided in the composed config itself (so the typed
+    settings, checkpoint records and the config a TRL rank gets all agree): on for a model made from scratch (the
+    tiny model, which knows nothing before it), off for a pretrained model, which starts from itself."""
+    from omegaconf import read_write
 
-        ws.enabled = isinstance(settings.model, TinyModelConfig)
+    from agentrl.config.model import TinyModelConfig
+
+    ws = OmegaConf.select(cfg, "trainer.warm_start")
+    if ws is None or ws.get("enabled") is not None:
+        return
+    model_type = OmegaConf.get_type(cfg.model) if "model" in cfg else None
+    with read_write(ws):
+        ws.enabled = isinstance(model_type, type) and issubclass(model_type, TinyModelConfig)
 
 
 def plan_resume(settings: Any, choices: dict[str, str | None], trainer_cls: type) -> Any:

