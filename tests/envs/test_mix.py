@@ -234,6 +234,6 @@ def test_agentrl_evals_closing_block_lists_each_bundles_reward(tmp_path: Path):
 
     metrics = {"eval/reward": 0.5, "eval/reward_stderr": 0.1, "eval/reward/gridsim": 1.0, "eval/reward/rg": 0.0,
                "eval/reward_1h": 1.0}
-    block = closing_block(status="FINISHED", run_dir=tmp_path, tracker=NoRun(), metrics=metrics, tasks=2, samples=1,
+    block = closing_block(status="FINISHED", run_dir=tmp_path, tracker=NoRun(), metrics=metrics, subset="all 2 tasks", samples=1,
                           results=None, wall_s=1.0)
     assert "breakdown     reward/gridsim 1.000, reward/rg 0.000, reward_1h 1.000" in block
