@@ -20,6 +20,7 @@ from agentrl.config.sampling import Sampling
 from agentrl.rewards import Asymmetric
 from agentrl.testing import Reply, ScriptedChat, tool_call
 from agentrl.testing.plays import rewarded
+from agentrl.trainers.eval_subset import eval_indices
 from agentrl.trainers.evaluate import evaluate
 from agentrl.trainers.rollout import RolloutRunner, make_row
 
@@ -54,9 +55,11 @@ def scripted(bundle, url: str, rewrites: dict[int, str]) -> ScriptedChat:
 
 
 def test_eval_reports_the_selected_answers_score_unweighted(gridsim_bundle, gridsim_url):
-    """Task 0's selected rewrite is optimal (grade 1: weighted x1.2 in training), task 1's greedy (a partial
-    grade: x0 in training). Eval's reward is the mean of the two grades, and each role's mean score."""
-    chat = scripted(gridsim_bundle, gridsim_url, {0: "optimal_schedule", 1: "greedy_schedule"})
+    """The first eval task's selected rewrite is optimal (grade 1: weighted x1.2 in training), the second's greedy
+    (a partial grade: x0 in training). Eval's reward is the mean of the two grades, and each role's mean score."""
+    # eval with limit=2 plays a stratified subset of the split (issue 54), not its first 2 tasks
+    first, second = eval_indices(gridsim_bundle, "eval", 2)
+    chat = scripted(gridsim_bundle, gridsim_url, {first: "optimal_schedule", second: "greedy_schedule"})
     with chat.serve() as chat_url:
         # External endpoints: every role plays the scripted chat, and nothing is read back as a sample.
         runner = RolloutRunner(CoEvolutionAgent(num_parallel=N, max_turns=2), chat_url, reward=ZERO_WHEN_WRONG,
@@ -64,8 +67,8 @@ def test_eval_reports_the_selected_answers_score_unweighted(gridsim_bundle, grid
         services = SimpleNamespace(env_url=gridsim_url, env_settings={}, runner=runner)
         metrics, played = evaluate(services, gridsim_bundle, "eval", limit=2, quiet=True,
                                    sampling=Sampling(temperature=1.0, top_p=1.0, top_k=0))
-    greedy = [gridsim_bundle.row("eval", i)["greedy_schedule"] for i in range(2)]
-    assert greedy[0] != gridsim_bundle.row("eval", 0)["optimal_schedule"]
+    greedy = [gridsim_bundle.row("eval", i)["greedy_schedule"] for i in (first, second)]
+    assert greedy[0] != gridsim_bundle.row("eval", first)["optimal_schedule"]
     right, partial = played
     grade = partial.scores["grade"]  # task 1's greedy schedule, as GridSim graded it
     assert 0.0 < grade < 1.0 and right.scores == {"grade": 1.0}
