@@ -15,7 +15,7 @@ TINY = ["trainer.prompts_per_step=4", "trainer.samples_per_prompt=2", "trainer.e
         "trainer.eval_every=1", "trainer.warm_start.steps=2", "trainer.warm_start.batch_samples=2",
         "agent.max_response_tokens=24", "trainer.max_extra_rows=0", "model.hidden_size=32", "model.num_layers=1",
         "model.num_heads=2", "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024"]
-MIX = ["env=mix", "env.bundles={gridsim:0.5,rg:{env:reasoning_gym,weight:0.5,level:0,train_size:16,eval_size:4}}",
+MIX = ["env=mix", "env.bundles={gridsim:0.5,rg:{env:reasoning_gym,weight:0.5,level:0,train_size:16,eval_size:40}}",
        "env.train_size=32", "env.seed=3"]
 
 
@@ -29,7 +29,9 @@ def test_two_mixed_steps_log_finite_per_bundle_metrics(trainer: str, tmp_path: P
     metrics = run.data.metrics
     for key in ("train/reward", "eval/reward", "eval_greedy/reward", "warm_start/eval/reward"):
         assert math.isfinite(metrics[key]), key
-    for group in ("gridsim", "rg"):  # eval_limit=4 takes two eval tasks of each, in turn
+    # eval_limit=4 is stratified by group in proportion to their eval splits (GridSim's 200 days, rg's 40 tasks):
+    # three GridSim days (one of each duration) and one rg task. With rg's 4 tasks its share would round to none.
+    for group in ("gridsim", "rg"):
         for key in (f"eval/reward/{group}", f"eval_greedy/reward/{group}", f"warm_start/eval/reward/{group}"):
             assert key in metrics and math.isfinite(metrics[key]), f"{key} missing; logged: {sorted(metrics)}"
         steps = [m.step for m in client.get_metric_history(run.info.run_id, f"eval/reward/{group}")]
