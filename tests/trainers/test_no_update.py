@@ -55,9 +55,10 @@ def test_the_watch_warns_on_a_streak_and_names_the_cause(caplog: pytest.LogCaptu
 def test_a_run_whose_groups_are_all_dropped_says_it_trained_nothing(tmp_path: Path) -> None:
     """A 2-step warm start earns nothing on GridSim: every group's rewards are all 0 (no signal) and dropped."""
     home = tmp_path / "home"
-    # Replies cut at 4 tokens are plain text (no call), so each play ends scored 0 rather than flagged.
-    done = _cli(["+recipe=gridsim_grpo", *TINY, "agent.max_response_tokens=4", "trainer.steps=3",
-                 "trainer.eval_every=0", "trainer.checkpoint_every=0", "trainer.max_staleness=0"], home)
+    # Replies cut at 4 tokens make no call and are flagged truncated; model_failures=penalize keeps each such play
+    # in its group at reward 0, so every group's rewards are equal (no signal) rather than the group dropped as failed.
+    done = _cli(["+recipe=gridsim_grpo", *TINY, "agent.max_response_tokens=4", "trainer.model_failures=penalize",
+                 "trainer.steps=3", "trainer.eval_every=0", "trainer.checkpoint_every=0", "trainer.max_staleness=0"], home)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "made no optimizer update (train/updates=0)" in done.stderr + done.stdout
     closing = done.stdout[done.stdout.rindex("== agentrl run FINISHED"):]
