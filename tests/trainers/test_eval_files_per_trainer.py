@@ -56,18 +56,22 @@ def _check_traces(run: CliRun, splits: dict[str, set[str]]) -> None:
     traces = list(client.search_traces(locations=[mlflow_run.info.experiment_id], run_id=mlflow_run.info.run_id,
                                        max_results=500))
     seen: dict[str, set[str]] = {}
-    answered = 0
+    assert traces
     for trace in traces:
         seen.setdefault(trace.info.tags["split"], set()).add(trace.info.tags["step"])
         assert trace.info.tags["task_id"] and trace.info.tags["roles"] == "agent"
         turns = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
         assert turns and [m["role"] for m in turns[0].inputs["messages"]][:2] == ["system", "user"]
-        for call in (s for s in trace.data.spans if s.span_type == "TOOL"):
+        calls = [s for s in trace.data.spans if s.span_type == "TOOL"]
+        for call in calls:
             assert call.parent_id in {t.span_id for t in turns}
-            answered += bool(call.outputs.get("answer") or call.outputs.get("scores"))
+        answered = any(call.outputs.get("answer") or call.outputs.get("scores") for call in calls)
+        # The untrained tiny model's reply is usually cut at max_response_tokens without a call: such a play is
+        # flagged truncated (on its role's span) and never reaches the env, so it holds no answer.
+        (role,) = [s for s in trace.data.spans if s.attributes.get("role") == "agent"]
+        assert answered or role.attributes.get("failure") == "truncated", (trace.info.tags, role.attributes)
     for split, steps in splits.items():
         assert seen.get(split) == steps, f"{split}: traced at {seen.get(split)}, expected {steps}"
-    assert answered > 0, "no traced tool call holds an env answer"
 
 
 @pytest.mark.slow
