@@ -39,9 +39,11 @@ def read_template(template_file: str | Path) -> str:
     return text
 
 
-def with_chat_template(folder: str | Path, template_file: str | Path, template_dir: str | Path) -> str:
-    """A folder that is `folder` with the template in `template_file` (made under `template_dir` if missing)."""
+def with_chat_template(folder: str | Path, template_file: str | Path, template_dir: str | Path | None = None) -> str:
+    """A folder that is `folder` with the template in `template_file` (made under `template_dir`, by default
+    `with_template/` beside `folder`, if missing)."""
     source = Path(folder).expanduser().absolute()
+    template_dir = template_dir or source.parent / "with_template"
     template = read_template(template_file)
     digest = hashlib.sha256(f"{source}\n{template}".encode()).hexdigest()[:12]
     target = Path(template_dir).expanduser().absolute() / f"{source.name}-{digest}"

@@ -114,7 +114,7 @@ def ensure_gguf_model(path: str, gguf_file: str | None = None, chat_template: st
         return folder
     from agentrl.models.chat_templates import with_chat_template
 
-    return with_chat_template(folder, chat_template, template_dir or Path(folder).parent / "with_template")
+    return with_chat_template(folder, chat_template, template_dir)
 
 
 def _ensure_converted(source: Path, target: Path) -> str:

@@ -54,7 +54,7 @@ def local_model(path: str, chat_template: str | None = None, template_dir: str |
     if chat_template:
         from agentrl.models.chat_templates import with_chat_template
 
-        folder = Path(with_chat_template(folder, chat_template, template_dir or folder.parent / "with_template"))
+        folder = Path(with_chat_template(folder, chat_template, template_dir))
     from transformers import AutoTokenizer
 
     try:

@@ -63,7 +63,7 @@ def ensure_tiny_model(path: str, seed: int = Tiny.seed, vocab_size: int = Tiny.v
         return str(target)
     from agentrl.models.chat_templates import with_chat_template
 
-    return with_chat_template(target, chat_template, template_dir or target.parent / "with_template")
+    return with_chat_template(target, chat_template, template_dir)
 
 
 def _ensure_built(target: Path, settings: dict[str, int]) -> None:
