@@ -67,19 +67,31 @@ def episode_client(metadata: Mapping[str, Any]) -> EpisodeClient:
                          connect_timeout=float(metadata.get("connect_timeout") or server.connect_timeout))
 
 
+def env_failure(exc: EnvClientError, *, started: bool) -> Failure:
+    """The one mapping of an env client error to the play's failure, for every agent pattern. `started`: False for
+    the reset that opens the episode, True for a call in it (where a timeout is the tool's, and any lost
+    connection, refused token included, is the env server gone mid-episode)."""
+    if started:
+        if isinstance(exc, EnvTimeoutError):
+            return Failure.TOOL_TIMEOUT
+        return Failure.ENV_GONE if isinstance(exc, EnvConnectionError) else Failure.ENV_ERROR
+    if isinstance(exc, (EnvResetError, EnvTimeoutError)):
+        return Failure.DEPLOY
+    if isinstance(exc, EnvAuthError):
+        return Failure.ENV_AUTH
+    if isinstance(exc, EnvUnreachableError):
+        return Failure.ENV_UNREACHABLE
+    return Failure.ENV_GONE if isinstance(exc, EnvConnectionError) else Failure.ENV_ERROR
+
+
 async def _reset(env: EpisodeClient, metadata: Mapping[str, Any], play: _Play) -> tuple[str, str, list] | None:
     """Start the row's episode: (user prompt, system prompt, tools), or None (flagged) when it cannot start."""
     try:
         return await env.reset(str(metadata["split"]), int(metadata["index"]))
-    except (EnvResetError, EnvTimeoutError) as exc:
-        play.flag(Failure.DEPLOY, str(exc))
-    except EnvAuthError as exc:
-        play.flag(Failure.ENV_AUTH, str(exc))
-    except EnvUnreachableError as exc:
-        play.flag(Failure.ENV_UNREACHABLE, str(exc))
-    except EnvConnectionError as exc:
-        play.flag(Failure.ENV_GONE, str(exc))
-    except (EnvClientError, KeyError, ValueError, TypeError) as exc:
+    except EnvClientError as exc:
+        failure = env_failure(exc, started=False)
+        play.flag(failure, f"{type(exc).__name__}: {exc}" if failure is Failure.ENV_ERROR else str(exc))
+    except (KeyError, ValueError, TypeError) as exc:
         play.flag(Failure.ENV_ERROR, f"{type(exc).__name__}: {exc}")
     return None
 
@@ -178,12 +190,8 @@ async def _call(env: EpisodeClient, name: str, arguments: dict[str, Any], play: 
     """A tool call on the episode; None (flagged) when the env failed."""
     try:
         return await env.call(name, arguments)
-    except EnvTimeoutError as exc:
-        play.flag(Failure.TOOL_TIMEOUT, str(exc))
-    except EnvConnectionError as exc:
-        play.flag(Failure.ENV_GONE, str(exc))
     except EnvClientError as exc:
-        play.flag(Failure.ENV_ERROR, str(exc))
+        play.flag(env_failure(exc, started=True), str(exc))
     return None
 
 

@@ -17,17 +17,10 @@ from typing import Any
 
 from agentrl.agents.base import SessionPool, agent_config, parse_roles, with_role
 from agentrl.agents.chat import role_turn, vary_seed
-from agentrl.agents.episode import episode_client
+from agentrl.agents.episode import env_failure, episode_client
 from agentrl.agents.record import Failure, Play, Rollout
 from agentrl.config.agent import SelfPlayAgentConfig
-from agentrl.envs.client import (
-    EnvClientError,
-    EnvConnectionError,
-    EnvResetError,
-    EnvTimeoutError,
-    EnvUnreachableError,
-    EpisodeClient,
-)
+from agentrl.envs.client import EnvClientError, EpisodeClient
 from agentrl.http import async_client
 
 _SEAT = re.compile(r"^You are Player (\d+)\b")
@@ -88,12 +81,8 @@ class SelfPlayAgent:
             env = episode_client(metadata)
             try:
                 prompt, system, _ = await env.reset(str(metadata["split"]), int(metadata["index"]))
-            except (EnvResetError, EnvTimeoutError) as exc:
-                return flag(Failure.DEPLOY, str(exc))
-            except EnvUnreachableError as exc:
-                return flag(Failure.ENV_UNREACHABLE, str(exc))
             except EnvClientError as exc:
-                return flag(Failure.ENV_GONE if isinstance(exc, EnvConnectionError) else Failure.ENV_ERROR, str(exc))
+                return flag(env_failure(exc, started=False), str(exc))
             async with async_client() as client:
                 for _ in range(int(s.max_turns)):
                     seat = seat_of(system)
@@ -111,11 +100,8 @@ class SelfPlayAgent:
                         return flag(record.failure or Failure.MODEL_ERROR, record.error)
                     try:
                         result = await env.end_turn(reply.content)
-                    except EnvTimeoutError as exc:
-                        return flag(Failure.TOOL_TIMEOUT, str(exc))
                     except EnvClientError as exc:
-                        return flag(Failure.ENV_GONE if isinstance(exc, EnvConnectionError) else Failure.ENV_ERROR,
-                                    str(exc))
+                        return flag(env_failure(exc, started=True), str(exc))
                     if result.failure or result.is_error:
                         return flag(Failure.of(result.failure or "env_error"), result.text)
                     if result.done:

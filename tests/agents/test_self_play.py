@@ -128,3 +128,19 @@ def test_prompt_chars_keeps_the_end_of_each_observation():
     bundle = load_bundle("textarena", train_size=2, eval_size=2, prompt_chars=120)
     turn = bundle.episode("eval", 0).first_turn()
     assert turn.prompt.startswith("...") and len(turn.prompt) == 123 and listed_moves(turn.prompt)
+
+
+async def test_a_refused_token_flags_every_seat_env_auth_as_the_tool_calling_agent_does(ttt, monkeypatch):
+    """One mapping of env errors to failures: a self-play reset refused for its token is `env_auth`, not
+    `env_gone` (the env server is there; the run's token is wrong)."""
+    from agentrl.agents.tool_calling import ToolCallingAgent
+
+    monkeypatch.setenv("SELF_PLAY_TEST_TOKEN", "wrong-token")
+    with serve_in_background(build_app(ttt, max_concurrent_envs=2, token="s3cret")) as url:
+        row = {"messages": None, "metadata": {"url": url, "split": "train", "index": 0,
+                                               "token_var": "SELF_PLAY_TEST_TOKEN"}}
+        chat = ScriptedChat(first_listed_move)
+        with chat.serve() as chat_url:
+            [seat] = (await SelfPlayAgent().play(HttpSessionPool(chat_url), row, request_kwargs={})).rollouts
+            [agent] = (await ToolCallingAgent().play(HttpSessionPool(chat_url), row, request_kwargs={})).rollouts
+    assert (seat.failure, agent.failure) == (Failure.ENV_AUTH, Failure.ENV_AUTH) and not chat.requests
