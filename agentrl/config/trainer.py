@@ -200,6 +200,15 @@ class DependencyWatchConfig:
 LR_SCHEDULES = ("constant", "linear", "cosine")  # agentrl/trainers/lr_schedules.py; TRL: trl_args.py
 
 
+def check_lr_schedule(schedule: str, warmup_steps: int, key: str = "trainer") -> None:
+    """ValueError naming the key for an unknown schedule or a negative warmup (the schema's check, and the
+    learner's: `lr_schedules.lr_factor`)."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"{key}.lr_schedule={schedule!r}: choose one of {', '.join(LR_SCHEDULES)}")
+    if int(warmup_steps) < 0:
+        raise ValueError(f"{key}.lr_warmup_steps must be >= 0 (0: no warmup), got {warmup_steps}")
+
+
 @dataclass
 class LRScheduleConfig:
     """The RL stage's learning-rate schedule (docs/models.md, "Learning rate"); the grpo and trl trainers carry it."""
@@ -208,10 +217,7 @@ class LRScheduleConfig:
     lr_schedule: str = "constant"  # constant | linear | cosine: the rate after the warmup, to 0 past the last step
 
     def check_lr_schedule(self) -> None:
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"trainer.lr_schedule={self.lr_schedule!r}: choose one of {', '.join(LR_SCHEDULES)}")
-        if int(self.lr_warmup_steps) < 0:
-            raise ValueError(f"trainer.lr_warmup_steps must be >= 0 (0: no warmup), got {self.lr_warmup_steps}")
+        check_lr_schedule(self.lr_schedule, self.lr_warmup_steps)
 
 
 @dataclass

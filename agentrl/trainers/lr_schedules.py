@@ -12,20 +12,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from agentrl.config.trainer import LR_SCHEDULES
-
-
-def check_schedule(schedule: str, warmup_steps: int, key: str = "trainer") -> None:
-    """ValueError naming the key for an unknown schedule or a negative warmup."""
-    if schedule not in LR_SCHEDULES:
-        raise ValueError(f"{key}.lr_schedule={schedule!r}: choose one of {', '.join(LR_SCHEDULES)}")
-    if int(warmup_steps) < 0:
-        raise ValueError(f"{key}.lr_warmup_steps must be >= 0 (0: no warmup), got {warmup_steps}")
+from agentrl.config.trainer import check_lr_schedule
 
 
 def lr_factor(step: int, steps: int, warmup_steps: int = 0, schedule: str = "constant") -> float:
     """The multiplier of the base learning rate at `step` (1-based) of `steps`."""
-    check_schedule(schedule, warmup_steps)
+    check_lr_schedule(schedule, warmup_steps)
     step, steps, warmup = max(1, int(step)), max(1, int(steps)), int(warmup_steps)
     if step <= warmup:
         return step / warmup
