@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from agentrl.config.trainer import DEFAULT_ADVANTAGE, DEFAULT_CLIPS
+from agentrl.config.trainer import DEFAULT_ADVANTAGE, DEFAULT_CLIPS, GRPOTrainerConfig
 from agentrl.devices import model_device
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 from agentrl.trainers.grpo_math import (
@@ -32,28 +32,30 @@ STEP_METRICS = ("loss", "kl", "entropy", "clip_fraction", "approx_kl", "tis_weig
 
 @dataclass(frozen=True)
 class Algorithm:
-    """The loss, advantage and regularizers of a GRPO-family update, every default resolved (docs/training.md)."""
+    """The loss, advantage and regularizers of a GRPO-family update, every default resolved (docs/training.md).
 
-    loss: str = "grpo"
-    advantage: str = "group_norm"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
-    tis_cap: float = 0.0  # 0: ratios against the engine's logprobs, no importance weight
-    tis_mode: str = "truncate"  # truncate | mask | ignore: a weight above tis_cap is cut, masked; or no correction
-    tis_level: str = "token"  # token | sequence: one weight per token, or per sample
-    norm_tokens: int = 512  # dr_grpo's constant normalizer per sample
-    overlong_max_tokens: int = 0  # dapo's overlong penalty (0: none)
-    overlong_buffer: int = 0
-    rae_decay: float = 0.95  # advantage=rae: the per-role EMA baseline's decay
-    episode_roles: tuple[str, ...] = ("solver",)  # advantage=hierarchical: roles compared within one play
+    It has no defaults of its own: they are the schema's (`GRPOTrainerConfig`), through `from_config` (a trainer's
+    settings) or `of` (the schema's defaults with some keys set)."""
+
+    loss: str  # grpo | dr_grpo | dapo | gspo
+    advantage: str  # group_norm | group_mean | rloo | per_role | rae | hierarchical
+    clip_low: float
+    clip_high: float
+    kl_coef: float
+    kl_estimator: str
+    entropy_coef: float
+    tis_cap: float  # 0: ratios against the engine's logprobs, no importance weight
+    tis_mode: str  # truncate | mask | ignore: a weight above tis_cap is cut, masked; or no correction
+    tis_level: str  # token | sequence: one weight per token, or per sample
+    norm_tokens: int  # dr_grpo's constant normalizer per sample
+    overlong_max_tokens: int  # dapo's overlong penalty (0: none)
+    overlong_buffer: int
+    rae_decay: float  # advantage=rae: the per-role EMA baseline's decay
+    episode_roles: tuple[str, ...]  # advantage=hierarchical: roles compared within one play
 
     @classmethod
-    def from_config(cls, t: Any) -> Algorithm:
-        """The trainer's typed settings (`AlgorithmConfig`'s keys) with their nulls filled by the loss's own
-        defaults (`grpo_math`)."""
+    def from_config(cls, t: GRPOTrainerConfig) -> Algorithm:
+        """The trainer's typed settings with their nulls filled by the loss's own defaults (`grpo_math`)."""
         low, high = DEFAULT_CLIPS[t.loss]
         max_tokens = (t.overlong_max_tokens or 0) if t.loss == "dapo" else 0
         buffer = t.overlong_buffer if t.overlong_buffer is not None else max(1, max_tokens // 5) if max_tokens else 0
@@ -61,10 +63,16 @@ class Algorithm:
                    clip_low=low if t.clip_low is None else t.clip_low,
                    clip_high=high if t.clip_high is None else t.clip_high,
                    kl_coef=t.kl_coef, kl_estimator=t.kl_estimator, entropy_coef=t.entropy_coef, tis_cap=t.tis_cap,
-                   tis_mode=getattr(t, "tis_mode", "truncate"), tis_level=getattr(t, "tis_level", "token"),
+                   tis_mode=t.tis_mode, tis_level=t.tis_level,
                    norm_tokens=t.norm_tokens, overlong_max_tokens=max_tokens, overlong_buffer=buffer,
-                   rae_decay=float(getattr(t, "rae_decay", 0.95)),
-                   episode_roles=tuple(getattr(t, "episode_roles", ("solver",))))
+                   rae_decay=float(t.rae_decay), episode_roles=tuple(t.episode_roles))
+
+    @classmethod
+    def of(cls, **keys: Any) -> Algorithm:
+        """The algorithm of `trainer=grpo` at the schema's defaults with `keys` (its `trainer.*` keys) set, checked
+        as the schema checks them. `overlong_max_tokens` (the agent's max_response_tokens in a run) defaults to
+        null here: no overlong penalty."""
+        return cls.from_config(GRPOTrainerConfig(**{"overlong_max_tokens": None, **keys}))
 
 
 @dataclass
@@ -111,7 +119,7 @@ def items_from(played: Sequence[Any], policy: str | None = None, algorithm: Algo
     a reply near or past `overlong_max_tokens` has its reward lowered before the advantages (DAPO's soft
     overlong punishment); the logged rewards are untouched.
     """
-    algo = algorithm or Algorithm()
+    algo = algorithm or Algorithm.of()
     rewards = [p.reward for p in played]
     if algo.overlong_max_tokens > 0:
         rewards = [r + overlong_penalty(longest_reply(p.sample.loss_mask) if p.sample is not None else 0,
@@ -148,7 +156,7 @@ class Learner:
                  algorithm: Algorithm | None = None, steps: int = 1, lr_warmup_steps: int = 0,
                  lr_schedule: str = "constant", epochs: int = 1, mini_batches: int = 1, lora: Any = None,
                  push_mode: str = "wait") -> None:
-        algo = algorithm or Algorithm()
+        algo = algorithm or Algorithm.of()
         given = {"clip_low": clip_low, "clip_high": clip_high, "kl_coef": kl_coef}
         self.algorithm = replace(algo, **{k: v for k, v in given.items() if v is not None})
         self.model = model

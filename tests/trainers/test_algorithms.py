@@ -70,7 +70,7 @@ def test_the_defaults_keep_grpo_and_fill_each_losses_own() -> None:
     def algo(*overrides: str) -> Algorithm:
         return Algorithm.from_config(compose_config("+recipe=gridsim_grpo", *overrides).trainer)
 
-    assert algo() == Algorithm(tis_cap=2.0)  # today's grpo, with truncated importance sampling
+    assert algo() == Algorithm.of() and algo().tis_cap == 2.0  # today's grpo, with truncated importance sampling
     assert algo("trainer.loss=dr_grpo").advantage == "group_mean"
     dapo = algo("trainer.loss=dapo")
     assert (dapo.clip_low, dapo.clip_high, dapo.overlong_max_tokens, dapo.overlong_buffer) == (0.2, 0.28, 96, 19)
@@ -86,6 +86,17 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return ensure_tiny_model(str(tmp_path_factory.mktemp("m") / "tiny"), seed=3, vocab_size=512, hidden_size=32,
                              num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
                              max_position_embeddings=64)
+
+
+def test_a_learner_given_no_algorithm_updates_as_trainer_grpo_does() -> None:
+    """The schema is the algorithm's one home: a `Learner` built without one (the micro-benchmarks') used to
+    train without truncated importance sampling (tis_cap 0 restated in `Algorithm`, 2.0 in the schema)."""
+    schema = GRPOTrainerConfig(overlong_max_tokens=None)
+    learner = Learner(torch.nn.Linear(2, 2), lr=1e-3)
+    assert learner.algorithm == Algorithm.from_config(schema) and learner.algorithm.tis_cap == schema.tis_cap == 2.0
+    assert Algorithm.of(loss="dapo").clip_high == 0.28  # each loss's own defaults, as a run resolves them
+    with pytest.raises(ValueError, match="trainer.tis_cap=0.5"):
+        Algorithm.of(tis_cap=0.5)
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -110,9 +121,9 @@ def test_each_loss_trains_on_role_groups_of_varying_size(tiny_model: str, loss: 
         played.append(Rollout(role=role, reward=float(i % 3) / 2, group=("train", 0, role), sample=sample))
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
     before = [p.detach().clone() for p in model.parameters()]
-    algo = Algorithm(loss=loss, advantage="rloo" if loss == "dr_grpo" else "group_norm", kl_coef=0.1,
-                     entropy_coef=0.01, tis_cap=2.0, norm_tokens=8, overlong_max_tokens=6 if loss == "dapo" else 0,
-                     overlong_buffer=2)
+    algo = Algorithm.of(loss=loss, advantage="rloo" if loss == "dr_grpo" else "group_norm", clip_low=0.2,
+                        clip_high=0.2, kl_coef=0.1, entropy_coef=0.01, tis_cap=2.0, norm_tokens=8,
+                        overlong_max_tokens=6, overlong_buffer=2 if loss == "dapo" else None)
     learner = Learner(model, lr=1e-2, temperature=1.0, micro_batch_samples=3, algorithm=algo)
     items, adv = learner.items(played)
     assert adv[-1].item() == 0.0  # the lone selector has no baseline

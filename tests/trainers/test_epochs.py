@@ -46,7 +46,7 @@ def _learner(path: str, *, lr: float = 1e-2, tis_cap: float = 2.0, **kw: int) ->
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
     return Learner(model, lr=lr, temperature=1.0, micro_batch_samples=3, grad_clip=1e9,
-                   algorithm=Algorithm(tis_cap=tis_cap), **kw)
+                   algorithm=Algorithm.of(tis_cap=tis_cap), **kw)
 
 
 def _items(learner: Learner) -> list[TrainItem]:

@@ -228,11 +228,11 @@ def test_dapo_overlong_penalty_shapes_the_advantage_not_the_reward() -> None:
         return Rollout(reward=1.0, group=("train", 0, "agent"), sample=sample)
 
     group = [played(5), played(8)]  # equal rewards; the second reply is 2 tokens into the 4-token buffer
-    dapo = Algorithm(loss="dapo", overlong_max_tokens=10, overlong_buffer=4)
+    dapo = Algorithm.of(loss="dapo", overlong_max_tokens=10, overlong_buffer=4)
     items, adv = items_from(group, algorithm=dapo)
     assert adv.tolist() == pytest.approx([1.0, -1.0], abs=1e-5)  # rewards 1.0 and 0.5, group-normalized
     assert [p.reward for p in group] == [1.0, 1.0]
-    assert items_from(group, algorithm=Algorithm())[1].tolist() == [0.0, 0.0]  # grpo: a tie, no signal
+    assert items_from(group, algorithm=Algorithm.of())[1].tolist() == [0.0, 0.0]  # grpo: a tie, no signal
 
 
 def test_kl_estimators_k1_and_k3() -> None:

@@ -82,19 +82,19 @@ def test_frozen_roles_count_in_the_baselines_but_do_not_train() -> None:
               _played(1.0, ("r0", "verifier"), "verifier", frozen=True),
               _played(0.0, ("r0", "verifier"), "verifier", frozen=True)]
     for kind in ("per_role", "hierarchical", "rae"):
-        items, adv = items_from(played, algorithm=Algorithm(advantage=kind, rae_decay=0.5))
+        items, adv = items_from(played, algorithm=Algorithm.of(advantage=kind, rae_decay=0.5))
         assert len(items) == 2, kind  # the verifier's samples are left out of the update
         assert [i.advantage for i in items] == pytest.approx(adv.tolist()[:2])
         assert adv.tolist()[2] != 0.0, kind  # ...but they had a baseline of their own
     # rae through items_from: the verifier's 0 came after its 1, so it scored against 0.5 * 1.
-    assert items_from(played, algorithm=Algorithm(advantage="rae", rae_decay=0.5))[1].tolist() \
+    assert items_from(played, algorithm=Algorithm.of(advantage="rae", rae_decay=0.5))[1].tolist() \
         == pytest.approx([1.0, -0.5, 1.0, -0.5])
 
 
 def test_a_learner_keeps_its_rae_baselines_from_step_to_step() -> None:
     import torch
 
-    learner = Learner(torch.nn.Linear(2, 2), lr=1e-3, algorithm=Algorithm(advantage="rae", rae_decay=0.5))
+    learner = Learner(torch.nn.Linear(2, 2), lr=1e-3, algorithm=Algorithm.of(advantage="rae", rae_decay=0.5))
     played = [_played(1.0, ("r0", "p0"), "p0")]
     assert [i.advantage for i in learner.items(played)[0]] == [1.0]
     assert [i.advantage for i in learner.items(played)[0]] == [0.5]  # the baseline moved to 0.5
@@ -150,7 +150,7 @@ def test_rae_baselines_survive_a_checkpoint_and_resume(tmp_path: Path) -> None:
     path = ensure_tiny_model(str(tmp_path / "tiny"), vocab_size=512, hidden_size=32, num_layers=1, num_heads=2,
                              num_kv_heads=1, intermediate_size=64)
     learner = Learner(AutoModelForCausalLM.from_pretrained(path), lr=1e-3,
-                      algorithm=Algorithm(advantage="rae", rae_decay=0.5))
+                      algorithm=Algorithm.of(advantage="rae", rae_decay=0.5))
     learner.items([_played(1.0, ("r0", "p0"), "p0")])  # p0's baseline: 0.5
     # Only what save() and _restore() read of a trainer: its policies, learner, checkpoint folder and cursors.
     trainer = SimpleNamespace(learner=learner, policies=[Policy(MAIN, path, trainable=True, learner=learner)],
