@@ -138,20 +138,28 @@ class TrainerConfig:
 
 
 @dataclass
-class WarmStartConfig:
-    # Run SFT first when no warm-start checkpoint exists. null: on for a model made from scratch (model=tiny),
-    # off for a pretrained one (an SFT at the warm start's rates would wreck it): the plan decides and says so.
-    enabled: bool | None = None
-    teacher: str = "optimal"  # optimal | greedy: which demonstrations the warm start imitates
-    checkpoint: str | None = None  # an existing SFT checkpoint folder (null: the recipe's own, made on demand)
-    # SFT settings of the warm start made on demand (its folder under paths.checkpoint_dir/sft is keyed by them).
-    steps: int = 1500  # SFT optimizer steps
-    lr: float = 3e-3
+class SFTDemonstrationsConfig:
+    """What an SFT imitates and how it batches it: the keys `trainer=sft` and the warm start (`trainer.warm_start`)
+    share; each keeps its own `steps` and `lr`."""
+
+    teacher: str = "optimal"  # optimal | greedy: which demonstrations to imitate
     batch_samples: int = 32  # demonstrations per SFT step
     warmup_steps: int = 50
     augment: int = 0  # extra demonstrations per task from the bundle's variants (GridSim: other batteries)
     generated: int = 0  # extra demonstrations of tasks the bundle generates (GridSim: fresh train-date days)
     weight_decay: float = 0.0
+
+
+@dataclass
+class WarmStartConfig(SFTDemonstrationsConfig):
+    # Run SFT first when no warm-start checkpoint exists. null: on for a model made from scratch (model=tiny),
+    # off for a pretrained one (an SFT at the warm start's rates would wreck it): the plan decides and says so.
+    enabled: bool | None = None
+    checkpoint: str | None = None  # an existing SFT checkpoint folder (null: the recipe's own, made on demand)
+    # SFT settings of the warm start made on demand (its folder under paths.checkpoint_dir/sft is keyed by them,
+    # and by the demonstrations' keys).
+    steps: int = 1500  # SFT optimizer steps
+    lr: float = 3e-3
 
     def __post_init__(self) -> None:
         check_sft_numbers("trainer.warm_start", self)
@@ -311,16 +319,10 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
 
 
 @dataclass
-class SFTTrainerConfig(TrainerConfig):
+class SFTTrainerConfig(SFTDemonstrationsConfig, TrainerConfig):
     _target_: str = "agentrl.trainers.sft.SFTTrainer"
     steps: int = 1000
     lr: float = 1e-5
-    teacher: str = "optimal"  # optimal | greedy: which demonstrations to imitate
-    batch_samples: int = 32  # transcripts per optimizer step
-    warmup_steps: int = 50
-    augment: int = 0  # extra demonstrations per task from the bundle's variants (GridSim: other batteries)
-    generated: int = 0  # extra demonstrations of tasks the bundle generates (GridSim: fresh train-date days)
-    weight_decay: float = 0.0
     eval_every: int = 250
     eval_temperature: float = TEMPERATURE  # sampled eval; a greedy-decoded eval is reported beside it at the end
     device: str = "auto"  # cpu | cuda | cuda:N; auto: the embedded engine's device
