@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,16 +26,6 @@ def seeded_store(agentrl_home: Path) -> str:
     """A copy of an empty MLflow store where runs under `agentrl_home` open theirs (agentrl/testing/mlflow_store.py),
     for tests of what a run logs rather than of where or how a new store is made; returns its URI."""
     return seed_store(agentrl_home / "outputs" / "mlflow.db")
-
-
-def run_cli(args: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 1200,
-            python: str = sys.executable) -> subprocess.CompletedProcess:
-    """Run `python -m agentrl ARGS` in a subprocess, as a user would."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run(
-        [python, "-m", "agentrl", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -13,7 +13,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from agentrl.config.register import recipe_names
-from tests.conftest import REPO, run_cli
+from agentrl.testing.cli import run_cli
+from tests.conftest import REPO
 
 
 def sqlite_uri(home: Path) -> str:

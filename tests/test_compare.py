@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.testing.cli import run_agentrl
-from tests.conftest import run_cli
+from agentrl.testing.cli import run_agentrl, run_cli
 
 
 def _write(path: Path, tasks: dict[str, list[float]], hours: dict[str, int]) -> Path:

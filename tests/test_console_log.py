@@ -4,16 +4,13 @@ health line. Real runs through the CLI (a small tiny model, two steps)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from agentrl.testing.mlflow_store import seed_store
-from tests.conftest import run_cli
+from agentrl.testing.cli import run_agentrl
 
-REPO = Path(__file__).resolve().parents[1]
 SMALL = ["+recipe=gridsim_grpo", "trainer.steps=2", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2",
          "trainer.eval_limit=2", "trainer.eval_every=1", "trainer.checkpoint_every=0", "trainer.warm_start.steps=2",
          "trainer.warm_start.batch_samples=2", "trainer.warm_start.generated=0", "agent.max_response_tokens=24",
@@ -28,14 +25,10 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def cli(args: list[str], home: Path):
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.pop("TRL_EXPERIMENTAL_SILENCE", None)
-    env.pop("PYTHONWARNINGS", None)
-    done = run_cli(args, cwd=REPO, env=env)
-    assert done.returncode == 0, done.stderr[-4000:]
-    folder = Path(re.findall(r"^run folder\s+(\S+)$", done.stdout, re.M)[-1])
-    return done, (folder / "__main__.log").read_text()
+    # The console a user gets: TRL's notice and the warnings filters not silenced from outside.
+    run = run_agentrl(args, home, env={"TRL_EXPERIMENTAL_SILENCE": None, "PYTHONWARNINGS": None}, seed_model=False,
+                      timeout=1200)
+    return run.process, (run.run_dir() / "__main__.log").read_text()
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.trainers.env_server_runs import run_env
+from agentrl.testing.cli import cli_env
 
 REPO = Path(__file__).resolve().parents[1]
 # arith on an untrained 1-layer model, every group trained and checkpointed each step: steps of a fraction of a second.
@@ -31,7 +31,7 @@ def _interrupt_when(home: Path, args: list[str], ready, sig: int = signal.SIGINT
     out, err = home.parent / "stdout.txt", home.parent / "stderr.txt"  # files: a full pipe would stall the run
     with out.open("w") as stdout, err.open("w") as stderr:
         # SIGINT as a terminal sends it, even where this test runs in a background job (which ignores SIGINT).
-        proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=run_env(home, args),
+        proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=cli_env(home, args),
                                 stdout=stdout, stderr=stderr,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 1200
@@ -94,7 +94,7 @@ def test_ctrl_c_mid_training_prints_a_resume_command_that_resumes(tmp_path: Path
     # 400), continues the same run from that step: the command carries the home its checkpoints are under.
     pasted = command.replace("trainer.steps=400", f"trainer.steps={step + 1}").replace(
         "python -m", f"{shlex.quote(sys.executable)} -m", 1)
-    env = {k: v for k, v in run_env(home, shlex.split(command)[4:]).items() if k != "AGENTRL_HOME"}
+    env = cli_env(home, shlex.split(command)[4:], env={"AGENTRL_HOME": None})
     done = subprocess.run(["bash", "-c", pasted], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"at step {step + 1}" in done.stdout

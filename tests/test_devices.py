@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from agentrl.devices import DeviceError, autocast, check_devices, resolve_device, set_threads, train_device
-from tests.conftest import run_cli
+from agentrl.testing.cli import run_cli
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without a GPU gives")
 

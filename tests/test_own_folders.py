@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agentrl.config.locate import project_root, project_root_reason, recipe_dirs, recipes_dir
-from tests.conftest import run_cli
+from agentrl.testing.cli import run_cli
 
 RECIPE = """# @package _global_
 defaults:
@@ -44,9 +41,8 @@ def test_a_second_clones_recipes_and_outputs_are_its_own(tmp_path: Path) -> None
     clone = tmp_path / "clone"
     (clone / "recipes").mkdir(parents=True)
     (clone / "recipes" / "my_grpo.yaml").write_text(RECIPE.format(name="my_grpo"))
-    env = {k: v for k, v in os.environ.items() if k not in ("AGENTRL_HOME", "MLFLOW_TRACKING_URI")}
-    done = subprocess.run([sys.executable, "-m", "agentrl", "+recipe=my_grpo", "dry_run=true"], cwd=clone, env=env,
-                          capture_output=True, text=True, timeout=1200)
+    done = run_cli(["+recipe=my_grpo", "dry_run=true"], cwd=clone,
+                   env={"AGENTRL_HOME": None, "MLFLOW_TRACKING_URI": None})  # neither set: the clone's own
     assert done.returncode == 0, done.stderr[-3000:]
     assert "recipe     my_grpo" in done.stdout
     assert f"root       {clone.resolve()} (the working folder's project" in done.stdout

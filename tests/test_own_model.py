@@ -4,7 +4,7 @@ model saved with a Qwen3-style template, no downloads) plans and trains two GRPO
 
 from __future__ import annotations
 
-import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,9 +13,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "models"))
 from stock_templates import MISMATCHED_PROMPT, QWEN3_STYLE, save_with_template  # noqa: E402
 
-from tests.conftest import run_cli  # noqa: E402
+from agentrl.testing.cli import run_agentrl  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 SMALL = {"seed": 0, "vocab_size": 1024, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
          "intermediate_size": 64}
 QUICK = ["trainer.steps=2", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=2",
@@ -32,10 +31,9 @@ def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
     return ensure_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny"), **SMALL)
 
 
-def cli(args: list[str], home: Path) -> object:
-    env = {"AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return run_cli(args, cwd=REPO, env={**os.environ, **env})
+def cli(args: list[str], home: Path) -> subprocess.CompletedProcess:
+    """The run in `home`, its store left for the run to make: a refused plan must leave none."""
+    return run_agentrl(args, home, seed_model=False, seed_store=False, check=False, timeout=1200).process
 
 
 def mlflow_runs(home: Path) -> list:

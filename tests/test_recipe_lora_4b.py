@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from agentrl.testing.cli import run_cli
 from tests.miles.test_miles_args import QWEN3_4B
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,15 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
+from agentrl.testing.ports import free_port
 from agentrl.testing.processes import wait_healthy
 from agentrl.tracking.mlflow_tracker import METRICS_TAB, UI_TRAINING_VIEW
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextmanager

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 
 import httpx
@@ -17,6 +16,7 @@ from agentrl.envs.server.echo import EchoBundle
 from agentrl.rewards import EnvScore
 from agentrl.testing import Reply, ScriptedChat, tool_call
 from agentrl.testing.plays import rewarded
+from agentrl.testing.ports import free_port
 from agentrl.testing.scripted_chat import sglang_tool_parser
 from agentrl.testing.wait import wait_until
 
@@ -156,9 +156,7 @@ async def test_a_tool_call_block_left_in_the_text_is_an_invalid_call(gridsim_bun
 
 
 async def test_a_dead_env_server_is_flagged():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     chat = ScriptedChat([Reply(content="never asked")])
     with chat.serve() as chat_url:
         out = await run(open_session(chat_url), None, {},

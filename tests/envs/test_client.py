@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
@@ -24,12 +23,7 @@ from agentrl.envs.client import (
 )
 from agentrl.envs.server import build_app, serve_in_background, start_server_in_thread
 from agentrl.envs.server.echo import EchoBundle
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from agentrl.testing.ports import free_port
 
 
 @pytest.fixture(scope="module")

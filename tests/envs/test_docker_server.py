@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,17 +24,12 @@ from agentrl.envs.bundles import load_bundle
 from agentrl.envs.client import EnvResetError, EpisodeClient
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.testing.docker_relay import DaemonRelay
+from agentrl.testing.ports import free_port
 from agentrl.testing.processes import wait_healthy
 
 pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

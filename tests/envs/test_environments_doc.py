@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from agentrl.testing.ports import free_port
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "environments.md"  # the checkout's, wherever pytest runs
 BLOCK = re.compile(r"^( *)```bash\n(.*?)^\1```", re.S | re.M)
@@ -27,12 +28,6 @@ EXAMPLES = Path(__file__).resolve().parent / "openenv_examples"
 def blocks() -> list[list[str]]:
     return [[line.strip() for line in body.splitlines() if line.strip()]
             for _, body in BLOCK.findall(DOC.read_text())]
-
-
-def free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 def wait_for(port: str, proc: subprocess.Popen, deadline_s: float = 300) -> None:
@@ -59,7 +54,7 @@ def test_the_doc_has_the_four_routes_the_rows_and_the_mix():
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(7))
 def test_each_example_runs(index: int, tmp_path: Path):
-    ports = {p: free_port() for p in PORTS}
+    ports = {p: str(free_port()) for p in PORTS}
     env = {**os.environ, "AGENTRL_HOME": str(tmp_path / "home"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("MLFLOW_TRACKING_URI", None)

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agentrl.envs.bundles import SHIPPED_DIR, read_manifest
-
-REPO = Path(__file__).resolve().parents[2]
+from agentrl.testing.cli import run_cli
 
 
 def _cli(*args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "agentrl.envs.gridsim", *args], cwd=REPO, capture_output=True,
-                         text=True, timeout=1200, check=True)
-    return out.stdout
+    return run_cli(args, module="agentrl.envs.gridsim", check=True).stdout
 
 
 @pytest.mark.slow

@@ -3,9 +3,6 @@ like the stored ones, apart from the SFT warm start's generated stream, and abse
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +12,7 @@ from openenv.core.mcp_client import MCPToolClient
 from agentrl.envs.bundles import load_bundle
 from agentrl.envs.gridsim.tasks import GENERATED_SPLIT_STREAM, cents_of, generated_task
 from agentrl.envs.server import build_app, serve_in_background
-
-REPO = Path(__file__).resolve().parents[2]
+from agentrl.testing.cli import run_agentrl
 
 
 def test_the_split_is_the_generators_stream_and_apart_from_the_warm_starts():
@@ -67,14 +63,8 @@ def test_grpo_trains_on_generated_days_through_the_cli(tmp_path: Path):
             "model.intermediate_size=64", "model.vocab_size=1024", "trainer.warm_start.enabled=false",
             "trainer.steps=2", "trainer.eval_every=0", "trainer.eval_limit=2", "trainer.prompts_per_step=2",
             "trainer.samples_per_prompt=2", "agent.max_response_tokens=16", "trainer.threads=1"]
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    # The run builds its model and its store.
+    client = run_agentrl(args, home, seed_model=False, seed_store=False, timeout=900).client()
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     run = next(r for r in runs if "train/reward" in r.data.metrics)
     assert run.data.params["env/train_split"] == "generated" and run.data.params["env/generated_days"] == "100000"

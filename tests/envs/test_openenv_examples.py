@@ -6,7 +6,6 @@ unmodified (tests/envs/openenv_examples/SOURCE.md)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 from importlib.metadata import version
@@ -20,12 +19,10 @@ from agentrl.envs.bundles import load_bundle
 from agentrl.envs.openenv_remote.local_app import local_app, read_manifest
 from agentrl.envs.openenv_remote.teacher import play_demonstration
 from agentrl.serving import serve_in_background
-from agentrl.testing.mlflow_store import seed_store
+from agentrl.testing.cli import run_agentrl
 from agentrl.trainers.eval_subset import spread
-from tests.conftest import run_cli
 from tests.envs.openenv_examples.grid_world_teacher import to_goal
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = Path(__file__).resolve().parent / "openenv_examples"
 ECHO, GRID = EXAMPLES / "echo_env", EXAMPLES / "grid_world_env"
 
@@ -198,12 +195,10 @@ class Recorder:
 
 def _grpo(home: Path, *overrides: str) -> tuple[str, list[dict[str, Any]]]:
     """(console output, the final eval's per-task records) of a one-step GRPO run from the untrained tiny model."""
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = run_cli(["+recipe=openenv_guess", "env.teacher=null", "trainer.warm_start.enabled=false",
-                    "trainer.steps=1", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2",
-                    "trainer.eval_limit=2", "agent.max_turns=2", "task_name=openenv_example", *overrides],
-                   cwd=REPO, env=env)
+    done = run_agentrl(["+recipe=openenv_guess", "env.teacher=null", "trainer.warm_start.enabled=false",
+                        "trainer.steps=1", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2",
+                        "trainer.eval_limit=2", "agent.max_turns=2", "task_name=openenv_example", *overrides],
+                       home, timeout=1200, check=False).process
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert re.search(r"final eval/grade\s+-?[\d.]+", out), out[-4000:]

@@ -10,7 +10,6 @@ raises on a negative increment (a remote failure). Our agent plays them through 
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +29,7 @@ from agentrl.envs.openenv_remote.example import GuessEnv
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.rows import write_rows
 from agentrl.testing import Reply, ScriptedChat, tool_call
+from agentrl.testing.ports import free_port
 
 
 class NoToolsEnv(GuessEnv):
@@ -169,18 +169,12 @@ def test_rows_for_miles_are_written_from_the_remote_env(guess_url, tmp_path):
     assert rows["eval"][0]["messages"][0]["content"] == "Be quick."
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_bad_input_fails_at_plan_time_naming_the_setting(tmp_path):
     with pytest.raises(ValueError, match="env.url is not set"):
         load_bundle("openenv")
     start = time.monotonic()
     with pytest.raises(RuntimeError, match=r"env.url=http://127.0.0.1:\d+ is unreachable"):
-        load_bundle("openenv", url=f"http://127.0.0.1:{_free_port()}", connect_timeout=5)
+        load_bundle("openenv", url=f"http://127.0.0.1:{free_port()}", connect_timeout=5)
     assert time.monotonic() - start < 60  # a hang net, not a speed check
     with served_remote(NoToolsEnv, CallToolAction, CallToolObservation) as url, \
             pytest.raises(ValueError, match="the env offers no tools.*env.tools"):

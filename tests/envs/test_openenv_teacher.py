@@ -4,7 +4,6 @@ server; the recipe through the real CLI)."""
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from pathlib import Path
@@ -17,11 +16,9 @@ from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservatio
 from agentrl.envs.bundles import load_bundle
 from agentrl.envs.openenv_remote.example import GuessEnv
 from agentrl.envs.server import serve_in_background
-from agentrl.testing.mlflow_store import seed_store
+from agentrl.testing.cli import run_agentrl
 from agentrl.trainers.demonstrations import encode_demonstrations
-from tests.conftest import run_cli
 
-REPO = Path(__file__).resolve().parents[2]
 TEACHER = "agentrl.envs.openenv_remote.example:bisect"
 
 
@@ -123,10 +120,9 @@ def test_the_demonstrations_encode_for_sft(tmp_path: Path) -> None:
 @pytest.mark.slow  # an SFT warm start and one GRPO step of the tiny model: ~2-3 min on a loaded 2-core box
 def test_the_recipes_warm_start_learns_the_remote_env(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     # The recipe as shipped: it serves the example (OpenEnv's app) itself, on a free port (env.serve).
-    done = run_cli(["+recipe=openenv_guess", "trainer.steps=1", "trainer.eval_limit=16"], cwd=REPO, env=env)
+    done = run_agentrl(["+recipe=openenv_guess", "trainer.steps=1", "trainer.eval_limit=16"], home, timeout=1200,
+                       check=False).process
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert "warm start: SFT on bisect demonstrations" in out

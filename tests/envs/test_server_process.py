@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from agentrl.envs.server.echo import EchoBundle
 from agentrl.envs.server.process import EnvServerError, EnvServerProcess
 from agentrl.plan import PlanError, build_plan
 from agentrl.testing.config import compose_config
+from agentrl.testing.ports import free_port
 from agentrl.testing.processes import wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,12 +38,6 @@ def load(bundle, **options):
     from agentrl.envs.server.echo import EchoBundle
     return EchoBundle(**options)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_sigterm_tears_live_episodes_down(tmp_path):

@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from agentrl.inference.serve import EXIT_ENGINE_DIED, SHUTDOWN_DEADLINE_S
 from agentrl.inference.server import start_session_server
 from agentrl.inference.sessions import build_session_app
 from agentrl.serving import serve_in_background
+from agentrl.testing.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 USER = [{"role": "user", "content": "hello"}]
@@ -205,17 +205,11 @@ def test_oversized_body_is_refused_before_it_is_read(random_model):
 # ---------------------------------------------------------------- the serve CLI as a real process
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Served:
     """`python -m agentrl.inference.serve` over `model` with `faults.FaultyEngine`, in its own process."""
 
     def __init__(self, model: Path, cwd: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, AGENTRL_HOME=str(cwd / "home"),
                    PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))

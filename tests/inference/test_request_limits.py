@@ -14,7 +14,6 @@ import asyncio
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ import pytest
 from agentrl.inference.engine import EmbeddedEngine
 from agentrl.inference.server import start_session_server
 from agentrl.models.tiny import ensure_tiny_model
+from agentrl.testing.ports import free_port
 
 HANG = 300.0  # seconds: only to turn a hang into a failure, never a speed check
 LONG_CONTEXT = 1 << 18  # admits a 2 MB prompt past the length precheck, so the tokenizer really runs on it
@@ -176,14 +176,8 @@ def test_max_tokens_past_the_context_is_a_400_naming_it(short_served):
 # ---------------------------------------------------------------- SIGTERM to the serve CLI
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_sigterm_answers_generations_in_flight_with_json_503(long_model, tmp_path):
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     # the tiny model with a long context, so a generation of 100,000 tokens is in flight on any machine
     proc = subprocess.Popen([sys.executable, "-m", "agentrl.inference.serve", "model=hf", f"model.path={long_model}",

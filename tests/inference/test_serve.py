@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 
 from agentrl.inference.engine import EmbeddedEngine
 from agentrl.inference.server import start_session_server
+from agentrl.testing.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_NAME = "tiny-s0-h128-l4-v2048"  # conf/model/tiny.yaml's folder name for the defaults
@@ -64,16 +64,10 @@ def test_in_process_server_with_tiny_model(tiny_model):
         engine.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_cli(tiny_model, tmp_path):
     home = tmp_path / "home"
     shutil.copytree(tiny_model, home / "outputs" / "models" / TINY_NAME)  # the folder ensure_tiny_model reuses
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, AGENTRL_HOME=str(home))
     proc = subprocess.Popen([sys.executable, "-m", "agentrl.inference.serve", "model=tiny", f"port={port}",
                              "default_max_tokens=4"], cwd=tmp_path, env=env,

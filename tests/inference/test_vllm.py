@@ -16,7 +16,6 @@ import asyncio
 import math
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import torch
 
 from agentrl.inference.completion import EngineUnavailable
 from agentrl.inference.vllm_servers import VLLMError
+from agentrl.testing.cli import run_agentrl
 from tests.inference.conftest import CALL_MUL, make_scripted_model, needs_vllm
 
 pytestmark = [pytest.mark.slow, needs_vllm()]
@@ -292,13 +292,7 @@ STEP_KEYS = {"grpo": ("train/reward", "train/loss", "train/grad_norm", "train/lo
 ], ids=["grpo", "trl", "grpo-partial"])
 def test_two_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_path: Path, trainer: str,
                                                                           extra: list[str]) -> None:
-    import subprocess
-
-    from mlflow.tracking import MlflowClient
-
     home = tmp_path / "home"
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     # head_dim 64 / 2 = 32: vLLM's CPU attention has no smaller head. The untrained model's replies are cut and
     # flagged truncated (not scored): the built-in trainer keeps them at reward 0 (penalize, drop_no_signal=false)
     # so each step trains real tokens and measures their gap; no warm start, so one server serves the whole run.
@@ -309,10 +303,7 @@ def test_two_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_pa
               if trainer == "grpo" else []),
             "model.hidden_size=64", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
             "model.intermediate_size=128", "model.vocab_size=1024", "inference.max_model_len=2048", *extra]
-    proc = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=Path(__file__).resolve().parents[2],
-                          env=env, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    client = run_agentrl(args, home, seed_model=False, seed_store=False).client()  # the run builds model and store
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert len(runs) == 1
     run_id = runs[0].info.run_id

@@ -32,6 +32,7 @@ from miles.utils.types import Sample  # noqa: E402
 from agentrl.envs.server import build_app, serve_in_background  # noqa: E402
 from agentrl.envs.server.echo import EchoBundle  # noqa: E402
 from agentrl.rows import write_rows  # noqa: E402
+from agentrl.testing.ports import free_port  # noqa: E402
 from agentrl.trainers import miles_hooks  # noqa: E402
 from agentrl.trainers.miles_args import AGENT_FUNCTION, GENERATE_FUNCTION, REFACTOR_ENV  # noqa: E402
 from agentrl.trainers.miles_hooks import FAILED_REASON, filter_scored_groups, reward_func  # noqa: E402
@@ -90,11 +91,7 @@ def running_world(tmp_path, tiny_model_path, stand_in_sglang, bundle, scripted, 
         from transformers import AutoTokenizer
 
         sglang = stand_in_sglang(tokenizer=AutoTokenizer.from_pretrained(tiny_model_path), policy=scripted)
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         args = miles_args(tiny_model_path, rows, sglang.url, port, **args_kw)
         session = SessionServer(args, sglang.url)
         from agentrl.envs.server import start_server_in_thread
@@ -279,7 +276,6 @@ async def test_miles_eval_scores_a_rollout_that_failed_before_the_model_zero(wor
     the input sample aborted and skips the reward hook. Through Miles' real eval path each such sample must
     carry reward 0 and its failure reason, where a None reward used to crash eval's logging."""
     import json
-    import socket
 
     import httpx
     from miles.rollout.inference_rollout.inference_rollout_eval import eval_rollout_single_dataset
@@ -287,9 +283,7 @@ async def test_miles_eval_scores_a_rollout_that_failed_before_the_model_zero(wor
 
     args, sglang, rows = world
     monkeypatch.setattr(http_utils, "_http_client", httpx.AsyncClient(trust_env=False, timeout=300))
-    with socket.socket() as s:  # a port where nothing listens: the env server was stopped
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"  # a port where nothing listens: the env server was stopped
     eval_rows = tmp_path / "eval-dead.jsonl"
     with open(rows["eval"]) as src, open(eval_rows, "w") as out:
         for line in src:

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from agentrl.config.inference import SGLangInferenceConfig, VLLMInferenceConfig
 from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.plan import Plan, PlanError, build_plan
+from agentrl.testing.cli import run_cli
 from agentrl.testing.config import compose_config
 from agentrl.trainers.miles import MilesTrainer, MilesUnavailable, project_root, require_gpus, require_miles
 from agentrl.trainers.miles_args import (
@@ -28,7 +29,6 @@ from agentrl.trainers.miles_args import (
     roles_key,
 )
 from agentrl.trainers.miles_launcher import worker_env
-from tests.conftest import run_cli
 from tests.miles.conftest import ctx, flags, make_settings
 
 GOLDEN = Path(__file__).parent / "golden" / "gridsim_miles_dry_run.txt"

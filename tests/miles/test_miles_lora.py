@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agentrl.config.model import LoraConfig
+from agentrl.testing.cli import run_cli
 from agentrl.trainers.miles_args import MilesConfigError, build_launch, check_config
-from tests.conftest import run_cli
 from tests.miles.conftest import ctx, flags, make_settings
 from tests.miles.test_miles_args import QWEN3_4B
 

@@ -38,7 +38,7 @@ def test_launch_commands_serve_adapters_with_real_sglang_flags() -> None:
 
 
 def test_the_dry_run_shows_the_sglang_command_with_lora(tmp_path: Path) -> None:
-    from tests.conftest import run_cli
+    from agentrl.testing.cli import run_cli
 
     proc = run_cli(["+recipe=gridsim_grpo", "inference=sglang", "model.lora.enabled=true", "model.lora.rank=8",
                     "dry_run=true"], cwd=tmp_path)

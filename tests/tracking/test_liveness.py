@@ -183,7 +183,7 @@ def test_a_non_positive_interval_is_refused_naming_it(key: str, tmp_path: Path):
 @pytest.mark.usefixtures("seeded_store")
 def test_a_killed_cli_run_is_named_by_the_next_runs_closing_block(agentrl_home: Path, tmp_path: Path):
     """As a user meets it: `python -m agentrl` killed with kill -9 mid-run, then the same task run again."""
-    from tests.conftest import run_cli
+    from agentrl.testing.cli import run_cli
 
     args = ["+recipe=gridsim_sft", "trainer.augment=0", "trainer.batch_samples=2", "trainer.eval_limit=2"]
     proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args, "trainer.steps=100000"], cwd=tmp_path,

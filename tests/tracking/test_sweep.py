@@ -9,11 +9,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+from agentrl.testing.cli import run_cli
 from agentrl.testing.mlflow_store import seed_store
 from agentrl.tracking.hydra_callback import MLflowSweepCallback, fixed_keys
 from agentrl.tracking.mlflow_tracker import PARENT_RUN_ENV, MLflowTracker
 from agentrl.tracking.run_names import run_name, short_keys
-from tests.conftest import run_cli
 
 
 def test_a_name_is_the_recipe_the_overrides_that_differ_and_the_seed():

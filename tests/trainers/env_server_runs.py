@@ -1,17 +1,15 @@
 """What the CLI runs against an env server of their own process share (test_env_restart, test_dependency_loss):
-the tiny GRPO shape, the run's environment, and the env server started and counted through its log."""
+the tiny GRPO shape, and the env server started and counted through its log (the run's environment:
+agentrl.testing.cli.cli_env)."""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-from agentrl.testing.mlflow_store import seed_store
 from agentrl.testing.processes import wait_healthy
-from agentrl.testing.tiny_models import seed_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 # The tiny shape of test_grpo_cli's TINY, no warm start and no eval between steps.
@@ -19,20 +17,6 @@ TINY = ["+recipe=gridsim_grpo", "trainer.prompts_per_step=2", "trainer.samples_p
         "trainer.eval_every=0", "trainer.checkpoint_every=0", "trainer.warm_start.enabled=false",
         "agent.max_response_tokens=64", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
         "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024"]
-
-
-def run_env(home: Path, args: list[str] = ()) -> dict[str, str]:
-    """The environment of a CLI run with its own home and MLflow store, one thread; the tiny model `args` need
-    is copied into the home (built once per session)."""
-    seed_tiny_model(args, home / "outputs" / "models")
-    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_env_server(port: int, log: Path) -> subprocess.Popen:

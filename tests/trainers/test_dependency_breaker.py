@@ -16,6 +16,7 @@ from agentrl.agents.record import Failure, Rollout
 from agentrl.envs.server import build_app
 from agentrl.envs.server.echo import EchoBundle
 from agentrl.serving import start_server_in_thread
+from agentrl.testing.ports import free_port
 from agentrl.trainers.dependency import (
     ENGINE_FAILURES,
     ENV_FAILURES,
@@ -28,12 +29,6 @@ from agentrl.trainers.dependency import (
 from agentrl.trainers.failure_notes import FailureNotes
 
 SLACK_S = 60  # a loaded box: ticks, probes and cancellation, never a speed claim
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def failed(kind: Failure, error: str = "boom") -> list[Rollout]:

@@ -17,7 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from env_server_runs import REPO, TINY, episodes_opened, free_port, run_env, start_env_server
+from env_server_runs import REPO, TINY, episodes_opened, start_env_server
+
+from agentrl.testing.cli import cli_env
+from agentrl.testing.ports import free_port
 
 GRACE_S = 20
 SLACK_S = 120  # a loaded 2-core box: starting the probe, cancelling the plays, closing the services and MLflow
@@ -28,7 +31,7 @@ class Run:
     """`python -m agentrl ...` with its output read line by line as it comes (stdout and stderr together)."""
 
     def __init__(self, args: list[str], home: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=run_env(home, args),
+        self.proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=cli_env(home, args),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)

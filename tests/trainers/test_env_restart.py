@@ -12,7 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from env_server_runs import REPO, TINY, episodes_opened, free_port, run_env, start_env_server
+from env_server_runs import REPO, TINY, episodes_opened, start_env_server
+
+from agentrl.testing.cli import cli_env, run_agentrl
+from agentrl.testing.ports import free_port
 
 STEPS = 8
 
@@ -29,7 +32,7 @@ def test_grpo_run_goes_on_through_an_env_server_restart(tmp_path: Path) -> None:
     server = start_env_server(port, log)
     run = subprocess.Popen([sys.executable, "-m", "agentrl", *TINY, f"trainer.steps={STEPS}", "trainer.max_extra_rows=2",
                             f"env.server.url=http://127.0.0.1:{port}", "env.server.connect_timeout=3"],
-                           cwd=REPO, env=run_env(home, TINY), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                           cwd=REPO, env=cli_env(home, TINY), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     try:
         # Step 0's eval opens one episode; kill the server (-9) as step 1's rollouts start.
@@ -79,9 +82,9 @@ def test_grpo_run_goes_on_through_an_env_server_restart(tmp_path: Path) -> None:
 def test_grpo_run_stops_when_the_env_server_is_gone_for_good(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
     url = f"http://{address}"
-    done = subprocess.run([sys.executable, "-m", "agentrl", *TINY, "trainer.steps=5", "trainer.max_extra_rows=2",
-                           "trainer.max_drops_in_a_row=2", f"env.server.url={url}", "env.server.connect_timeout=2"],
-                          cwd=REPO, env=run_env(tmp_path / "home", TINY), capture_output=True, text=True, timeout=1200)
+    done = run_agentrl([*TINY, "trainer.steps=5", "trainer.max_extra_rows=2", "trainer.max_drops_in_a_row=2",
+                        f"env.server.url={url}", "env.server.connect_timeout=2"], tmp_path / "home", timeout=1200,
+                       check=False).process
     assert done.returncode != 0
     # One line for the user, not a traceback: which failure and where.
     lines = [line for line in done.stderr.splitlines() if line.startswith("agentrl: ")]

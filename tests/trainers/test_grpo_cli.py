@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -12,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.testing.mlflow_store import seed_store
-from agentrl.testing.tiny_models import seed_tiny_model
+from agentrl.testing.cli import cli_env, run_agentrl
 from agentrl.trainers.step_parts import RowStream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,15 +26,8 @@ REQUIRED = ["train/reward", "eval/reward", "eval/reward_1h", "eval/zero_share", 
             "train/clip_fraction", "train/grad_norm", "eval_greedy/reward"]
 
 
-def _env(home: Path, args: list[str] = ()) -> dict[str, str]:
-    seed_tiny_model(args, home / "outputs" / "models")  # the model the run would build, built once per session
-    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
 def _cli(args: list[str], home: Path, timeout: float = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=_env(home, args), capture_output=True,
-                          text=True, timeout=timeout)
+    return run_agentrl(args, home, timeout=timeout, check=False).process
 
 
 def _runs(home: Path) -> list:
@@ -60,7 +51,7 @@ def test_two_steps_then_kill_and_resume(tmp_path: Path) -> None:
     home = tmp_path / "home"
     args = ["+recipe=gridsim_grpo", *TINY]
     # A run of 5 steps killed once its step-1 checkpoint exists (a fast step may have saved step 2 too) ...
-    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args, "trainer.steps=5"], cwd=REPO, env=_env(home, args),
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args, "trainer.steps=5"], cwd=REPO, env=cli_env(home, args),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 1200
     ckpts = home / "outputs" / "checkpoints" / "gridsim_grpo"

@@ -5,18 +5,15 @@ LoRA run's final model."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from agentrl.testing.mlflow_store import seed_store
+from agentrl.testing.cli import run_agentrl
 from agentrl.testing.tiny_models import seed_tiny_model
 
-REPO = Path(__file__).resolve().parents[2]
 SHAPE = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
          "model.intermediate_size=64", "model.vocab_size=1024", "agent.max_response_tokens=24"]
 LORA = ["model.lora.enabled=true", "model.lora.rank=4", "trainer.lr=2e-3"]
@@ -28,11 +25,7 @@ STEPS = ["trainer.steps=2", "trainer.prompts_per_step=2", "trainer.samples_per_p
 
 
 def _cli(args: list[str], home: Path) -> subprocess.CompletedProcess:
-    seed_tiny_model(args, home / "outputs" / "models")  # the model the run would build, built once per session
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1500)
+    return run_agentrl(args, home, check=False).process
 
 
 def _run_id(stdout: str) -> str:

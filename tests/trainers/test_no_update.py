@@ -6,14 +6,13 @@ Then the quick look (`+recipe=gridsim_quick`, the README's) really trains: every
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from agentrl.testing.cli import run_agentrl
 from agentrl.trainers.no_update import NoUpdateWatch
-from tests.trainers.test_grpo_cli import REPO, TINY, _cli, _env, _runs
+from tests.trainers.test_grpo_cli import TINY, _cli, _runs
 
 
 def _history(home: Path, key: str) -> dict[int, float]:
@@ -76,10 +75,8 @@ def test_the_quick_look_trains_on_every_step(tmp_path: Path) -> None:
     home = tmp_path / "home"
     # Torch's default threads, as the README's command runs it: the warm start's SFT uses both cores (1.6x its
     # one-thread speed on 2 idle cores, benchmarks/RESULTS.md "Threads"); the recipe's GRPO sets its own 1.
-    env = {k: v for k, v in _env(home).items() if k != "OMP_NUM_THREADS"}
-    done = subprocess.run([sys.executable, "-m", "agentrl", "+recipe=gridsim_quick", "trainer.steps=5",
-                           "trainer.eval_limit=4"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-4000:]
+    done = run_agentrl(["+recipe=gridsim_quick", "trainer.steps=5", "trainer.eval_limit=4"], home,
+                       env={"OMP_NUM_THREADS": None}).process
     tokens, updates = _history(home, "train/tokens"), _history(home, "train/updates")
     steps = _history(home, "train/reward")
     assert len(steps) == 5 and set(tokens) == set(updates) == set(steps)

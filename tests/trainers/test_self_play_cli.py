@@ -5,17 +5,12 @@ and eval metrics (against the scripted random player, by seat) to a real MLflow 
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from agentrl.testing.mlflow_store import seed_store
-from agentrl.testing.tiny_models import seed_tiny_model
+from agentrl.testing.cli import run_agentrl
 
-REPO = Path(__file__).resolve().parents[2]
 RECIPE = "+recipe=textarena_self_play_learns"
 TINY = ["trainer.steps=2", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=4",
         "trainer.eval_every=1", "trainer.warm_start.steps=2", "trainer.warm_start.batch_samples=2",
@@ -24,35 +19,22 @@ TINY = ["trainer.steps=2", "trainer.prompts_per_step=2", "trainer.samples_per_pr
         "model.intermediate_size=64", "model.vocab_size=1024", "model.max_position_embeddings=512"]
 
 
-def cli_env(home: Path) -> dict[str, str]:
-    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
 def test_the_recipe_composes_and_dry_runs_with_its_teacher_and_advantage(tmp_path: Path) -> None:
-    env = cli_env(tmp_path / "home")
-    job = subprocess.run([sys.executable, "-m", "agentrl", RECIPE, "--cfg", "job"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=600)
+    home = tmp_path / "home"
+    job = run_agentrl([RECIPE, "--cfg", "job"], home, timeout=600, check=False).process
     assert job.returncode == 0, job.stderr[-3000:]
     for line in ("teacher: heuristic", "advantage: rae", "eval_opponent: random", "train_opponent: null"):
         assert line in job.stdout, line
-    dry = subprocess.run([sys.executable, "-m", "agentrl", RECIPE, "dry_run=true"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=600)
+    dry = run_agentrl([RECIPE, "dry_run=true"], home, timeout=600, check=False).process
     assert dry.returncode == 0 and "dry run: composed, validated and instantiated" in dry.stdout, dry.stderr[-3000:]
 
 
 @pytest.mark.slow
 def test_two_self_play_steps_log_finite_metrics(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    seed_tiny_model(TINY, home / "outputs" / "models")
-    env = cli_env(home)
-    done = subprocess.run([sys.executable, "-m", "agentrl", RECIPE, *TINY], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-4000:]
+    cli = run_agentrl([RECIPE, *TINY], tmp_path / "home")  # the tiny model TINY describes copied in first
+    done = cli.process
     assert "SFT on heuristic" in done.stdout, done.stdout[-3000:]
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    client = cli.client()
     [run] = client.search_runs([e.experiment_id for e in client.search_experiments()])
     metrics = run.data.metrics
     for key in ("train/reward", "train/loss", "eval/reward", "eval/reward_seat0", "eval/reward_seat1",

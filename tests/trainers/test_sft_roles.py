@@ -5,9 +5,6 @@ through the CLI starts with a non-zero eval reward (the single-agent warm start 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +16,9 @@ from agentrl.config.paths import PathsConfig
 from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import WarmStartConfig
 from agentrl.envs.bundles import load_bundle
+from agentrl.testing.cli import run_agentrl
 from agentrl.trainers.sft import sft_checkpoint_path
 
-REPO = Path(__file__).resolve().parents[2]
 SETTINGS = WarmStartConfig(teacher="optimal", steps=400, lr=3e-3, batch_samples=32, warmup_steps=50, augment=0,
                            weight_decay=0.0)
 
@@ -67,8 +64,6 @@ def _toy_bundle(root: Path) -> Path:
 
 @pytest.mark.slow
 def test_thinker_verifier_starts_with_a_nonzero_eval_reward_from_its_warm_start(tmp_path: Path) -> None:
-    from mlflow.tracking import MlflowClient
-
     home = tmp_path / "home"
     args = ["env=custom", f"env.bundle={_toy_bundle(tmp_path)}", "agent=thinker_verifier", "reward=env_score",
             "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
@@ -79,14 +74,10 @@ def test_thinker_verifier_starts_with_a_nonzero_eval_reward_from_its_warm_start(
             "trainer.prompts_per_step=1", "trainer.samples_per_prompt=2", "trainer.temperature=0.7",
             "trainer.lr=1e-5", "trainer.threads=1", "trainer.checkpoint_every=0", "agent.max_turns=2",
             "agent.max_response_tokens=24"]
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "SFT on label role demonstrations" in done.stdout
-    assert "/sft/toy-thinker_verifier-label-s120-" in done.stdout
-    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    cli = run_agentrl(args, home, seed_model=False, seed_store=False, timeout=900)  # it builds model and store
+    assert "SFT on label role demonstrations" in cli.stdout
+    assert "/sft/toy-thinker_verifier-label-s120-" in cli.stdout
+    client = cli.client()
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     run = next(r for r in runs if "eval/reward" in r.data.metrics)
     start = [m.value for m in client.get_metric_history(run.info.run_id, "eval/reward") if m.step == 0]

@@ -4,7 +4,6 @@ mid-way resumes at the row cursor of the last trained step (not past the steps p
 from __future__ import annotations
 
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -14,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl.testing.mlflow_store import seed_store
-from agentrl.testing.tiny_models import seed_tiny_model
+from agentrl.testing.cli import cli_env, run_agentrl
 
 REPO = Path(__file__).resolve().parents[2]
 # arith from the untrained tiny model (no warm start), every group kept (as test_trainer_protocol's runs): each
@@ -29,12 +27,6 @@ TINY = ["env=arith", "agent=tool_calling", "reward=env_score", "agent.max_turns=
 ASYNC = ["async/staleness_mean", "async/staleness_max", "async/dropped_stale", "async/held_s", "async/held_stale",
          "async/learner_idle", "async/producer_idle", "async/engine_idle", "async/resumed_partial",
          "train/logprob_gap_mean", "train/logprob_gap_max", "rollout/tail_share"]
-
-
-def _env(home: Path, args: list[str]) -> dict[str, str]:
-    seed_tiny_model(args, home / "outputs" / "models")
-    return {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _history(home: Path) -> tuple:
@@ -55,9 +47,7 @@ def _history(home: Path) -> tuple:
 def test_two_steps_at_k2_log_every_async_metric_each_step(tmp_path: Path) -> None:
     home = tmp_path / "home"
     args = [*TINY, "trainer.steps=2", "trainer.checkpoint_every=0"]
-    done = subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=_env(home, args),
-                          capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_agentrl(args, home)
     _, history = _history(home)
     for key in ASYNC:
         values = history(key)
@@ -81,7 +71,7 @@ def test_killed_at_k2_resumes_at_the_trained_steps_cursor(tmp_path: Path) -> Non
     # end (and prune step 2's checkpoint) between two looks at the folder.
     steps = 400
     args = [*TINY, f"trainer.steps={steps}"]
-    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=_env(home, args),
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=cli_env(home, args),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ckpts = home / "outputs" / "checkpoints"
 
@@ -103,9 +93,7 @@ def test_killed_at_k2_resumes_at_the_trained_steps_cursor(tmp_path: Path) -> Non
     last = saved + 1
     killed_logged = set(_history(home)[1]("async/staleness_max"))
     again = [*TINY, f"trainer.steps={last}", "trainer.resume=true"]
-    done = subprocess.run([sys.executable, "-m", "agentrl", *again], cwd=REPO, env=_env(home, again),
-                          capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-4000:]
+    done = run_agentrl(again, home).process
     assert f"at step {last}" in done.stdout
     resumed = torch.load(next(ckpts.glob(f"*/*/step-{last:06d}/state.pt")), weights_only=False)
     assert resumed["row_cursor"] == 2 * last  # the replayed step drew the rows the killed run had drawn for it

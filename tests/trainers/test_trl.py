@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +18,9 @@ from agentrl.config.model import TinyModelConfig
 from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import TRLTrainerConfig
 from agentrl.plan import Plan
-from agentrl.testing.mlflow_store import seed_store
-from agentrl.testing.tiny_models import seed_tiny_model
+from agentrl.testing.cli import run_agentrl
 from agentrl.trainers.trl import TRLTrainer
 
-REPO = Path(__file__).resolve().parents[2]
 SMALL = ["+recipe=gridsim_grpo", "trainer=trl", "trainer.prompts_per_step=4", "trainer.samples_per_prompt=4",
          "trainer.temperature=0.6", "trainer.eval_limit=8", "trainer.eval_every=1", "trainer.checkpoint_every=0",
          "trainer.warm_start.steps=150", "trainer.warm_start.batch_samples=8", "model.hidden_size=32",
@@ -43,11 +39,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cli(args: list[str], home: Path, timeout: float = 1500) -> subprocess.CompletedProcess:
-    seed_tiny_model(args, home / "outputs" / "models")  # the model the run would build, built once per session
-    env = {**os.environ, "AGENTRL_HOME": str(home), "MLFLOW_TRACKING_URI": seed_store(home / "mlflow.db"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1"}
-    return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return run_agentrl(args, home, timeout=timeout, check=False).process
 
 
 def _run(home: Path, stdout: str) -> tuple[Any, Any]:
