@@ -4,6 +4,7 @@ sandbox, the reward and eval, and through the plan."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -96,14 +97,24 @@ def test_each_trainer_refuses_its_own_bad_keys(schema: type, fields: dict, messa
         schema(**fields)
 
 
+def _given(instance: object, fields: dict) -> dict:
+    return {name: getattr(instance, name) for name in fields}
+
+
 def test_the_defaults_and_the_documented_zeros_pass() -> None:
+    # Each schema's defaults pass its checks, which keep them as declared.
     for schema in (*TRAINERS, WarmStartConfig, AsymmetricRewardConfig, EvalConfig, EnvServerConfig,
                    EmbeddedInferenceConfig, SGLangInferenceConfig, VLLMInferenceConfig, DockerSandboxConfig):
-        schema()
-    TinyModelConfig(path="/m")
-    GRPOTrainerConfig(eval_every=0, checkpoint_every=0, max_extra_rows=0, threads=0, weight_decay=0.0,
-                      eval_limit=None, kl_coef=0.0, tis_cap=0.0, tis_mode="ignore")
-    WarmStartConfig(warmup_steps=0, augment=0, generated=0)
+        declared = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                    for f in dataclasses.fields(schema) if f.init}
+        assert _given(schema(), declared) == declared, schema.__name__
+    assert TinyModelConfig(path="/m").path == "/m"
+    # The zeros (and None) the docs name as "off" pass too, kept as given.
+    zeros = {"eval_every": 0, "checkpoint_every": 0, "max_extra_rows": 0, "threads": 0, "weight_decay": 0.0,
+             "eval_limit": None, "kl_coef": 0.0, "tis_cap": 0.0, "tis_mode": "ignore"}
+    assert _given(GRPOTrainerConfig(**zeros), zeros) == zeros
+    warm_zeros = {"warmup_steps": 0, "augment": 0, "generated": 0}
+    assert _given(WarmStartConfig(**warm_zeros), warm_zeros) == warm_zeros
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -33,6 +34,7 @@ from websockets.sync.client import ClientConnection, connect
 from agentrl.envs.client import EpisodeClient
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.envs.server.echo import EchoBundle
+from agentrl.envs.server.wire import MAX_DEPTH
 from agentrl.testing.wait import wait_until
 
 HANG = 60.0  # seconds for one reply: only a hang detector
@@ -95,13 +97,19 @@ def ask(ws: ClientConnection, frame: str | bytes) -> dict[str, Any] | None:
     return reply
 
 
-def play_frames(url: str, frames: list[str | bytes], live_episode: bool) -> None:
-    """Send `frames` on one connection (after a reset when `live_episode`); the session must live on."""
+def play_frames(url: str, frames: list[str | bytes], live_episode: bool,
+                refused: Callable[[str | bytes], bool] = lambda frame: False) -> None:
+    """Send `frames` on one connection (after a reset when `live_episode`); the session must live on. A frame for
+    which `refused` holds must get an INVALID_JSON error."""
     with connect(ws_of(url), open_timeout=HANG, max_size=None) as ws:
         if live_episode:
             assert ask(ws, json.dumps({"type": "reset", "data": {"split": "eval", "index": 0}}))["type"] == "observation"
         for frame in frames:
-            if ask(ws, frame) is None:
+            reply = ask(ws, frame)
+            if refused(frame):
+                assert reply is not None and reply["type"] == "error", (frame[:200], reply)
+                assert reply["data"]["code"] == "INVALID_JSON", (frame[:200], reply)
+            if reply is None:
                 return  # a `close` frame: the server ended the session as asked
         reply = ask(ws, '{"type": "state"}')
         assert reply is not None and reply["type"] == "state", reply
@@ -238,6 +246,30 @@ def deep_frame(draw: st.DrawFn) -> str:
     }[where]
 
 
+def depth_of(frame: str | bytes) -> int:
+    """How deep `frame`'s arrays and objects nest (brackets inside strings not counted), without parsing it:
+    Python's JSON codecs recurse and cannot read a frame nested thousands deep."""
+    text = frame.decode() if isinstance(frame, bytes) else frame
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def test_depth_of_counts_brackets_outside_strings():
+    assert depth_of('{"a": [[1], {"b": "[[[{"}]}') == 3 and depth_of("[]") == 1 and depth_of('"[["') == 0
+    assert depth_of('{"a": "\\"[", "b": [1]}') == 2  # an escaped quote does not end the string
+
+
 def test_deep_nesting_anywhere_gets_an_error_and_the_session_lives_on(live):
     app, url = live
 
@@ -245,10 +277,13 @@ def test_deep_nesting_anywhere_gets_an_error_and_the_session_lives_on(live):
     @budget(BUDGET["deep"])
     @given(frames=st.lists(deep_frame(), min_size=1, max_size=3), live_episode=st.booleans())
     def fuzz(frames: list[str], live_episode: bool) -> None:
-        play_frames(url, frames, live_episode)
+        # Past MAX_DEPTH a frame is refused as invalid JSON wherever the depth is; a shallower one gets whatever
+        # well-formed reply its content earns (checked by `ask`).
+        play_frames(url, frames, live_episode, refused=lambda frame: depth_of(frame) > MAX_DEPTH)
         still_serves(url)
 
     fuzz()
+    assert wait_until(lambda: not app.state.served.sessions), "a session still holds a slot"
 
 
 NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1E999", "-0.5e99999"]

@@ -65,10 +65,15 @@ def test_a_teacher_the_bundle_lacks_fails_when_the_plan_is_built(tmp_path: Path,
 
 
 def test_the_teacher_is_not_checked_when_no_warm_start_is_made(tmp_path: Path) -> None:
-    _plan(tmp_path, "+recipe=gridsim_grpo", "trainer.warm_start.teacher=label", "trainer.warm_start.enabled=false")
-    _plan(tmp_path, "+recipe=gridsim_grpo", "trainer.warm_start.teacher=label",
-          f"trainer.warm_start.checkpoint={tmp_path}")
-    _plan(tmp_path, "env=arith", "trainer.warm_start.teacher=optimal")  # arith offers optimal too
+    # gridsim offers no `label` teacher, yet both plans build: one makes no warm start, the other reuses a folder.
+    off = _plan(tmp_path, "+recipe=gridsim_grpo", "trainer.warm_start.teacher=label",
+                "trainer.warm_start.enabled=false").settings.trainer.warm_start
+    assert (off.enabled, off.teacher) == (False, "label")
+    reused = _plan(tmp_path, "+recipe=gridsim_grpo", "trainer.warm_start.teacher=label",
+                   f"trainer.warm_start.checkpoint={tmp_path}").settings.trainer.warm_start
+    assert (reused.enabled, reused.teacher, reused.checkpoint) == (True, "label", str(tmp_path))
+    arith = _plan(tmp_path, "env=arith", "trainer.warm_start.teacher=optimal").settings.trainer.warm_start
+    assert (arith.enabled, arith.teacher) == (True, "optimal")  # arith offers optimal too
 
 
 def test_the_teacher_is_read_from_the_typed_trainer_settings() -> None:
