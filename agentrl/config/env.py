@@ -7,6 +7,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from agentrl.config.bundle_options import ArithOptions, GridSimOptions
 from agentrl.config.numbers import check_counts, check_finite, check_ports
 
 # The env server's deadlines in seconds: the schema's defaults below, and the defaults of everything that talks to
@@ -66,22 +67,17 @@ class EnvConfig:
 
 
 @dataclass
-class GridSimEnvConfig(EnvConfig):
+class GridSimEnvConfig(GridSimOptions, EnvConfig):
+    """GridSim's options (prompt_style, generated_days: `bundle_options.GridSimOptions`, which the bundle reads too)."""
+
     bundle: str = "gridsim"
-    # full: the natural-language prompt for real LLMs; compact: the same facts in a few dozen tokens.
-    prompt_style: str = "full"
-    # > 0: a split `generated` of that many fresh train-like days (train dates, never an eval date), drawn on
-    # demand; env.train_split=generated trains RL on them instead of the 2,000 stored days.
-    generated_days: int = 0
 
 
 @dataclass
-class ArithEnvConfig(EnvConfig):
+class ArithEnvConfig(ArithOptions, EnvConfig):
+    """Arith's options (data_file, prompt_key, label_key: `bundle_options.ArithOptions`, which the bundle reads too)."""
+
     bundle: str = "arith"
-    # Optional DAPO-style JSON Lines file of your own (prompt/label keys below) served as the train split.
-    data_file: str | None = None
-    prompt_key: str = "prompt"
-    label_key: str = "label"
 
 
 @dataclass

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.answers import answers_match, extract_answer, verify_answer
+from agentrl.config.bundle_options import ArithOptions, option_defaults
 from agentrl.envs.bundles import FolderBundle, read_jsonl
 from agentrl.envs.task import Episode, TaskInfo, ToolResult, Turn
 
@@ -126,7 +127,7 @@ class ArithBundle(FolderBundle):
     """Generated arithmetic problems; `data_file` replaces the train split with a user's own rows."""
 
     inline_episodes = True  # pure computation of microseconds: no worker thread needed
-    OPTIONS = {"data_file": None, "prompt_key": "prompt", "label_key": "label"}
+    OPTIONS = option_defaults(ArithOptions)
     teachers = TEACHERS
     # The scores an episode reports (reward=rubric checks a Score's name against them when the plan is built).
     score_names = ("correct",)

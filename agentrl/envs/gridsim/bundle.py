@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentrl.config.bundle_options import GridSimOptions, option_defaults
 from agentrl.envs.bundles import FolderBundle
 from agentrl.envs.task import TaskInfo
 
@@ -25,7 +26,7 @@ class GridSimBundle(FolderBundle):
     """GridSim v1: one battery, one day of day-ahead prices, graded against the exact optimum."""
 
     inline_episodes = True  # pure computation of microseconds: no worker thread needed
-    OPTIONS = {"prompt_style": "full", "generated_days": 0}
+    OPTIONS = option_defaults(GridSimOptions)
     DATA_OPTIONS = ("prompt_style", "generated_days")
     teachers = TEACHERS
     # The scores an episode reports (reward=rubric checks a Score's name against them when the plan is built).
@@ -34,7 +35,7 @@ class GridSimBundle(FolderBundle):
     eval_strata = "duration_h"  # the eval split is stored in blocks of one duration
 
     def __init__(self, folder: Any, manifest: dict[str, Any], **kwargs: Any) -> None:
-        days = kwargs.get("generated_days", 0)
+        days = kwargs.get("generated_days", self.OPTIONS["generated_days"])
         if isinstance(days, bool) or not isinstance(days, int) or not 0 <= days <= MAX_GENERATED_DAYS:
             raise ValueError(f"gridsim generated_days (env.generated_days) must be a whole number from 0 to "
                              f"{MAX_GENERATED_DAYS:,}, got {days!r}")
