@@ -5,9 +5,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -15,8 +16,13 @@ from omegaconf.errors import MissingMandatoryValue
 
 from agentrl.config.inference import SGLangInferenceConfig
 from agentrl.config.locate import project_root, project_root_reason, recipe_dirs
+from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.tracking.tracker import Tracker
+
+if TYPE_CHECKING:
+    from agentrl.config.logger import MLflowLoggerConfig
+    from agentrl.trainers.protocol import Trainer
 
 # Every _target_ a config may name lives here; Hydra 1.4 will want exactly this whitelist.
 TARGET_PREFIX = "agentrl."
@@ -41,7 +47,8 @@ def import_target(node: DictConfig, where: str) -> Any:
 def resolve_target(node: DictConfig, where: str) -> Any:
     """Import `node._target_` and check that its signature accepts the node's other keys."""
     obj = import_target(node, where)
-    kwargs = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_target_"}
+    container = cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))  # a DictConfig's: a dict
+    kwargs = {k: v for k, v in container.items() if k != "_target_"}
     try:
         inspect.signature(obj).bind(**kwargs)
     except TypeError as exc:
@@ -51,7 +58,8 @@ def resolve_target(node: DictConfig, where: str) -> Any:
 
 def resolve_nested(node: Any, where: str) -> None:
     """`resolve_target` for every `_target_` node below `node` (e.g. reward=rubric's tree), naming its key."""
-    items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node)
+    items: Iterable[tuple[Any, Any]] = \
+        node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node)
     for key, child in items:
         if key == "_target_" or not isinstance(child, (DictConfig, ListConfig)) or child._is_none():
             continue  # a null node (e.g. env=openenv's env.tools: null) holds nothing to build
@@ -119,12 +127,12 @@ class Plan:
     bundle: Any
     agent: Any
     reward: Any
-    trainer_cls: type
-    notes: list[str] = field(default_factory=list)
-    resume: Any = None  # trainers.resume.ResumeTarget: the checkpoint trainer.resume names, checked (None: fresh)
+    trainer_cls: type[Trainer]
     # The typed config (`RunConfig`, each group its option's schema dataclass): what code below the plan reads,
     # instead of the raw DictConfig and its casts.
-    settings: Any = None
+    settings: RunConfig
+    notes: list[str] = field(default_factory=list)
+    resume: Any = None  # trainers.resume.ResumeTarget: the checkpoint trainer.resume names, checked (None: fresh)
     model: ModelSource | None = None  # the base model (`model` group)
     engine_factory: EngineFactory | None = None  # model folder -> inference engine (`inference` group)
     tracker: Tracker | None = None  # the run's tracking (`logger` group); None for a plan built to check only
@@ -157,12 +165,13 @@ class Plan:
         if self.resume is not None:
             lines.append(f"resume     {self.resume.describe()}")
         if tracking_uri:
-            lines.append(f"metrics    MLflow {tracking_uri} (experiment {self.settings.logger.experiment})")
+            logger = cast("MLflowLoggerConfig", self.settings.logger)  # a tracking URI: MLflow's tracker logs
+            lines.append(f"metrics    MLflow {tracking_uri} (experiment {logger.experiment})")
         lines += [f"note       {n}" for n in self.notes]
         return "\n".join(lines)
 
 
-def describe_stages(settings: Any, trainer_choice: str | None) -> str:
+def describe_stages(settings: RunConfig, trainer_choice: str | None) -> str:
     """The plan's `stages` line: what will run, in order, the warm start (or why none) included."""
     from agentrl.config.trainer import WarmStartSettings
 
@@ -292,18 +301,18 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
                 engine_factory=EngineFactory(cfg.inference, adapter_lora(settings)), tracker=tracker)
 
 
-def adapter_lora(settings: Any) -> Any:
+def adapter_lora(settings: RunConfig) -> Any:
     """`model.lora` when the engines get adapters pushed (enabled, push=adapter), else None."""
     lora = settings.model.lora
     return lora if lora.enabled and lora.push == "adapter" else None
 
 
-def typed_settings(cfg: DictConfig) -> Any:
+def typed_settings(cfg: DictConfig) -> RunConfig:
     """The whole config as its schema dataclasses (`RunConfig`), interpolations resolved; a required value left
     unset (`???`) is a PlanError naming its key."""
     resolve_warm_start(cfg)
     try:
-        return OmegaConf.to_object(cfg)
+        return cast(RunConfig, OmegaConf.to_object(cfg))  # the root schema (register.py: run_schema)
     except MissingMandatoryValue as exc:
         key = getattr(exc, "full_key", None) or "a required value"
         if key == "model.path":
@@ -327,7 +336,7 @@ def resolve_warm_start(cfg: DictConfig) -> None:
         ws.enabled = isinstance(model_type, type) and issubclass(model_type, TinyModelConfig)
 
 
-def plan_resume(settings: Any, choices: dict[str, str | None], trainer_cls: type) -> Any:
+def plan_resume(settings: RunConfig, choices: dict[str, str | None], trainer_cls: type[Trainer]) -> Any:
     """What `trainer.resume` resumes, checked against the checkpoint's config (None: a fresh start)."""
     from agentrl.trainers.resume import ResumeError, resolve_resume, resume_mode
 

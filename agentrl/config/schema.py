@@ -4,24 +4,41 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
 from agentrl.config.evaluation import EvalConfig
 
+if TYPE_CHECKING:
+    # For the type checker, each group is its options' common base schema (every option's schema subclasses it:
+    # register.SCHEMAS). At run time the fields stay Any: OmegaConf types a node by its field's annotation, and
+    # each group's node must be typed by its own option's schema, not the base.
+    from agentrl.config.agent import AgentConfig as AgentSettings
+    from agentrl.config.env import EnvConfig as EnvSettings
+    from agentrl.config.inference import InferenceConfig as InferenceSettings
+    from agentrl.config.logger import LoggerConfig as LoggerSettings
+    from agentrl.config.model import ModelConfig as ModelSettings
+    from agentrl.config.paths import PathsConfig as PathsSettings
+    from agentrl.config.reward import RewardConfig as RewardSettings
+    from agentrl.config.sandbox import SandboxConfig as SandboxSettings
+    from agentrl.config.trainer import TrainerConfig as TrainerSettings
+else:
+    AgentSettings = EnvSettings = InferenceSettings = LoggerSettings = ModelSettings = PathsSettings = \
+        RewardSettings = SandboxSettings = TrainerSettings = Any
+
 
 @dataclass
 class RunConfig:
-    env: Any = MISSING
-    agent: Any = MISSING
-    reward: Any = MISSING
-    trainer: Any = MISSING
-    model: Any = MISSING
-    inference: Any = MISSING
-    sandbox: Any = MISSING
-    logger: Any = MISSING
-    paths: Any = MISSING
+    env: EnvSettings = MISSING
+    agent: AgentSettings = MISSING
+    reward: RewardSettings = MISSING
+    trainer: TrainerSettings = MISSING
+    model: ModelSettings = MISSING
+    inference: InferenceSettings = MISSING
+    sandbox: SandboxSettings = MISSING
+    logger: LoggerSettings = MISSING
+    paths: PathsSettings = MISSING
     # Set by +recipe=NAME; a recipe that Hydra could not find would leave a plain string here.
     recipe: Any = None
     hparams_search: Any = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
 
 from omegaconf import II, MISSING
 
@@ -33,7 +33,10 @@ DEFAULT_ADVANTAGE = {"grpo": "group_norm", "dr_grpo": "group_mean", "dapo": "gro
 TEMPERATURE = 1.1
 
 
-def _is_set(value: object) -> bool:
+_T = TypeVar("_T")
+
+
+def _is_set(value: _T | None) -> TypeGuard[_T]:
     """A value to check: not None and not a not-yet-resolved interpolation (checked once resolved, at plan time)."""
     return value is not None and not (isinstance(value, str) and value.startswith("${"))
 

@@ -40,10 +40,11 @@ def added_keys(cfg: DictConfig) -> list[tuple[str, type]]:
             if node._is_missing() or node._is_none() or node._is_interpolation():
                 return
             schema = _schema(node)
-            fields = {f.name for f in dataclasses.fields(schema)} if schema else None
-            for key in node.keys():
+            fields = {f.name for f in dataclasses.fields(schema)} if schema else set()
+            keys: list[Any] = list(node.keys())
+            for key in keys:
                 full = f"{path}.{key}" if path else str(key)
-                if fields is not None and key not in fields and not (path == "" and key in _ROOT_EXTRAS):
+                if schema is not None and key not in fields and not (path == "" and key in _ROOT_EXTRAS):
                     found.append((full, schema))
                     continue
                 if path == "" and key in _ROOT_EXTRAS:
