@@ -188,6 +188,10 @@ FALLBACKS_LEFT = {
 }
 # Protocol dicts whose keys happen to share a schema field's name (a row's metadata, a request's body).
 NOT_CONFIG = re.compile(r"^(meta|data|r|kwargs|body|row|metadata|settings|env_settings|\(.*\))$")
+# What `getattr(<this>, "key", default)` reads typed settings from: the plan's settings and a group of them
+# (`settings.trainer`, `plan.settings.model`, `run.env`), or the names a settings group goes by (`t`, `c`, `ws`,
+# `model_cfg`). Other objects (a tokenizer, a bundle, a Hugging Face config) may lack a key of the same name.
+SETTINGS_LIKE = re.compile(r"^(?:\w+\.)?(?:\w*settings|run|t|c|s|ws|cfg|\w+_cfg)(?:\.\w+)*$")
 
 
 def typed_keys() -> set[str]:
@@ -205,17 +209,53 @@ def typed_keys() -> set[str]:
     return names
 
 
+def restates_a_value(node: ast.expr) -> bool:
+    """A fallback that is a value of its own (a literal, a non-empty tuple or list), not None ("no such key")."""
+    if isinstance(node, ast.UnaryOp):
+        return restates_a_value(node.operand)
+    if isinstance(node, ast.Constant):
+        return node.value is not None
+    return isinstance(node, ast.Tuple | ast.List) and bool(node.elts)
+
+
+def config_fallbacks(source: str, keys: set[str]) -> list[tuple[int, str]]:
+    """(line, call) of each `.get("key", literal)` on a config node and `getattr(settings, "key", literal)` on
+    typed settings, for a key the schema types."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.args[-2], ast.Constant)
+                and node.args[-2].value in keys and restates_a_value(node.args[-1])):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "get" and len(node.args) == 2:
+            if isinstance(node.args[1], ast.Constant) and not NOT_CONFIG.match(ast.unparse(node.func.value)):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) == 3:
+            if SETTINGS_LIKE.match(ast.unparse(node.args[0])):
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_the_fallback_check_sees_get_and_getattr():
+    keys = {"tis_cap", "temperature", "episode_roles"}
+    source = """
+cfg.trainer.get("temperature", 1.1)
+getattr(settings.trainer, "tis_cap", 0.0)
+getattr(t, "episode_roles", ("solver",))
+getattr(plan.settings.trainer, "tis_cap", -1)
+getattr(settings.env, "tis_cap", None)  # may the option lack it: allowed
+getattr(tokenizer, "temperature", 1.0)  # not settings
+row.get("temperature", 1.0)  # a protocol dict
+"""
+    assert [line for line, _ in config_fallbacks(source, keys)] == [2, 3, 4, 5]
+
+
 def test_no_config_fallback_restates_a_typed_default():
-    """`cfg.trainer.get("temperature", 1.1)` was how a second default hid below the plan."""
+    """`cfg.trainer.get("temperature", 1.1)` and `getattr(t, "tis_cap", 0.0)` were how a second default hid below
+    the plan (the getattr one had drifted: 0 there, 2.0 in the schema)."""
     keys, found = typed_keys(), []
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(PACKAGE).as_posix()
         if where in FALLBACKS_LEFT:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                    and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)
-                    and node.args[0].value in keys and isinstance(node.args[1], ast.Constant)
-                    and node.args[1].value is not None and not NOT_CONFIG.match(ast.unparse(node.func.value))):
-                found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+        found += [f"{where}:{line}: {call}" for line, call in config_fallbacks(path.read_text(encoding="utf-8"), keys)]
     assert not found, "a config key's default restated as a fallback (read plan.settings):\n" + "\n".join(found)

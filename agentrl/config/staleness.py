@@ -9,7 +9,7 @@ STALE_POLICIES = ("wait", "pace", "drop")  # trainer.stale_policy (agentrl/train
 
 def check_retired_overlap(c: Any) -> None:
     """The retired `trainer.off_policy_steps`, when set, fails naming its heir `trainer.max_staleness`."""
-    if getattr(c, "off_policy_steps", None) is not None:
+    if c.off_policy_steps is not None:
         raise ValueError(f"trainer.off_policy_steps was renamed trainer.max_staleness (K: how many weight versions "
                          f"a trained sample may lag the one that sampled its first token; 0 plays then trains, 1 is "
                          f"the old overlap): set trainer.max_staleness={c.off_policy_steps} instead")

@@ -61,12 +61,11 @@ def check_algorithm(c: Any, key: str = "trainer") -> None:
     if not (tis == 0 or (math.isfinite(tis) and tis >= 1)):
         raise ValueError(f"{key}.tis_cap={tis}: the truncation cap must be >= 1 (an on-policy token has weight 1), "
                          "or 0 to turn truncated importance sampling off")
-    if getattr(c, "tis_mode", "truncate") not in TIS_MODES:
+    if c.tis_mode not in TIS_MODES:
         raise ValueError(f"{key}.tis_mode={c.tis_mode!r}: choose one of {', '.join(TIS_MODES)}")
-    if getattr(c, "tis_level", "token") not in TIS_LEVELS:
+    if c.tis_level not in TIS_LEVELS:
         raise ValueError(f"{key}.tis_level={c.tis_level!r}: choose one of {', '.join(TIS_LEVELS)}")
-    if tis == 0 and getattr(c, "tis_mode", "truncate") != "ignore" and \
-            (getattr(c, "tis_mode", "truncate"), getattr(c, "tis_level", "token")) != ("truncate", "token"):
+    if tis == 0 and c.tis_mode != "ignore" and (c.tis_mode, c.tis_level) != ("truncate", "token"):
         raise ValueError(f"{key}.tis_mode={c.tis_mode} / tis_level={c.tis_level} weight truncated importance "
                          f"sampling, which {key}.tis_cap=0 turns off: set tis_cap >= 1 or leave them at their defaults")
     low, high = c.clip_low, c.clip_high
@@ -113,7 +112,7 @@ def miles_algorithm_problem(c: Any) -> str | None:
     if float(c.tis_cap) != 0:
         return (f"trainer.tis_cap={c.tis_cap} does not apply under trainer=miles: use "
                 f"trainer.extra_args='[--use-tis,--tis-clip,{c.tis_cap}]' (Miles' truncated importance sampling)")
-    if int(getattr(c, "max_staleness", 0)) != 0:
+    if int(c.max_staleness) != 0:
         return (f"trainer.max_staleness={c.max_staleness} does not apply under trainer=miles: its bound, Miles' "
                 f"--max-weight-staleness (with --partial-rollout), is read only by Miles' fully-async rollout "
                 f"(examples/fully_async in its repository, not in the miles-rl 0.0.2 wheel), and this launch runs "

@@ -139,7 +139,7 @@ class GRPOTrainer(TrainerBase):
         for p in self.policies:  # a trained role model resumes from the checkpoint's copy
             if resume_from and p.trainable and p.name != MAIN:
                 p.path = str(ckpt.policy_path(resume_from, p.name))
-        load_learners(self.t, self.policies, device, s.model)
+        load_learners(self.t, self.policies, device, model_cfg=s.model)
         self.rows = RowStream(plan.bundle.splits()[s.env.train_split], s.seed)
         first = self._restore(resume_from) if resume_from is not None else 1
         self.trained_cursor = self.rows.cursor

@@ -68,7 +68,7 @@ async def reward_func(args: Any, samples: Any, **kwargs: Any) -> float | list[fl
 
 def uses_rubric(settings: Any) -> bool:
     """True under reward=rubric (the typed `reward` settings name RubricReward)."""
-    return str(getattr(settings.reward, "_target_", "")) == "agentrl.rubrics.RubricReward"
+    return str(settings.reward._target_) == "agentrl.rubrics.RubricReward"
 
 
 def launch_reward(settings: Any, hook: str) -> tuple[str, dict[str, str]]:

@@ -100,9 +100,9 @@ def main_policy(path: str) -> Policy:
 def partial_rollouts_problem(settings: Any) -> str | None:
     """`trainer.partial_rollouts` needs an engine that applies a push to running replies: the embedded one, or vLLM
     for full weights (a running reply keeps the LoRA adapter it was admitted with)."""
-    if not getattr(settings.trainer, "partial_rollouts", False):
+    if not settings.trainer.partial_rollouts:
         return None
-    target = str(getattr(settings.inference, "_target_", ""))
+    target = str(settings.inference._target_)
     if target.startswith("agentrl.inference.engine"):
         return None
     if target == "agentrl.inference.vllm.VLLMEngine":
@@ -124,12 +124,12 @@ def make_learner(t: Any, model: Any, tokenizer: Any, lora: Any = None) -> Learne
                    micro_batch_samples=int(t.micro_batch_samples), pad_id=tokenizer.pad_token_id or 0,
                    steps=int(t.steps), lr_warmup_steps=int(t.lr_warmup_steps),
                    lr_schedule=str(t.lr_schedule), epochs=int(t.epochs), mini_batches=int(t.mini_batches),
-                   lora=lora, push_mode="keep" if getattr(t, "partial_rollouts", False) else "wait")
+                   lora=lora, push_mode="keep" if t.partial_rollouts else "wait")
 
 
-def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu", model_cfg: Any = None) -> None:
-    """Load every trainable policy's model and tokenizer from its `path` onto `device` (in `model.dtype`, with
-    `model.gradient_checkpointing`: `trained_model.py`); give it a learner. Under `model.lora` each trained policy
+def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu", *, model_cfg: Any) -> None:
+    """Load every trainable policy's model and tokenizer from its `path` onto `device` (in `model_cfg`'s dtype,
+    with its gradient checkpointing: `trained_model.py`); give it a learner. Under `model.lora` each trained policy
     gets an adapter of its own; a frozen one gets none (it is never loaded to train)."""
     from transformers import AutoTokenizer
 

@@ -109,7 +109,7 @@ def role_advantage_problem(settings: Any) -> str | None:
     """Why `trainer.episode_roles` cannot apply to this run's agent (checked when the plan is built), or None:
     under `advantage=hierarchical` each name must be a role the agent plays (a single-agent pattern's is `agent`)."""
     t = settings.trainer
-    if getattr(t, "advantage", None) != "hierarchical":
+    if t.advantage != "hierarchical":
         return None
     roles = [r.name for r in settings.agent.role_list()] or ["agent"]
     unknown = [r for r in t.episode_roles if r not in roles]

@@ -6,12 +6,13 @@ from typing import Any
 
 import torch
 
+from agentrl.config.model import ModelConfig
 
-def train_dtype(model_cfg: Any) -> torch.dtype:
-    """`model.dtype` as a torch dtype (float32 for a model schema without the key). `model_cfg`: the plan's typed
-    `settings.model` (a DictConfig reads the same)."""
-    name = str(getattr(model_cfg, "dtype", None) or "float32")
-    return getattr(torch, name)
+
+def train_dtype(model_cfg: ModelConfig) -> torch.dtype:
+    """`model.dtype` as a torch dtype. `model_cfg`: the plan's typed `settings.model` (a DictConfig reads the
+    same)."""
+    return getattr(torch, str(model_cfg.dtype))
 
 
 def checkpointing(model: Any) -> bool:
@@ -23,10 +24,10 @@ def checkpointing(model: Any) -> bool:
     return bool(flag)
 
 
-def prepare_for_training(model: Any, model_cfg: Any) -> Any:
+def prepare_for_training(model: Any, model_cfg: ModelConfig) -> Any:
     """Turn on gradient checkpointing when `model.gradient_checkpointing` asks for it, and note `model.autocast` on
     the model for its training forward; returns the model."""
-    if getattr(model_cfg, "gradient_checkpointing", False):
+    if model_cfg.gradient_checkpointing:
         # Non-reentrant checkpointing works with inputs that need no grad and with autocast; no KV cache then.
         enable = getattr(model, "activation_checkpointing_enable", None)
         if enable is not None:
@@ -37,17 +38,16 @@ def prepare_for_training(model: Any, model_cfg: Any) -> Any:
     from agentrl.devices import AUTOCAST_ATTRIBUTE
 
     # Carried by the model, so every forward that trains it (GRPO, SFT, the reference) autocasts the same way.
-    setattr(model, AUTOCAST_ATTRIBUTE, str(getattr(model_cfg, "autocast", None) or "auto"))
+    setattr(model, AUTOCAST_ATTRIBUTE, str(model_cfg.autocast))
     return model
 
 
-def lora_settings(model_cfg: Any) -> Any:
+def lora_settings(model_cfg: ModelConfig) -> Any:
     """The `model.lora` settings when LoRA is on, else None."""
-    lora = getattr(model_cfg, "lora", None)
-    return lora if lora is not None and lora.enabled else None
+    return model_cfg.lora if model_cfg.lora.enabled else None
 
 
-def load_trained_model(path: str, model_cfg: Any, device: Any = "cpu") -> Any:
+def load_trained_model(path: str, model_cfg: ModelConfig, device: Any = "cpu") -> Any:
     """The causal LM at `path` in `model.dtype` on `device`, in eval mode, ready to train (`prepare_for_training`).
 
     Under `model.lora` it is wrapped with a LoRA adapter (`lora.py`): a fresh one on a full model folder, or,

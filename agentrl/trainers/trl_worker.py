@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from agentrl.agents.record import Rollout
+from agentrl.config.inference import EmbeddedInferenceConfig
 from agentrl.console import TRL_SILENCE
 from agentrl.devices import set_threads
 from agentrl.group_filter import FAILED, group_drop_reason
@@ -224,8 +225,8 @@ def train(plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Si
         os.environ[TRL_SILENCE] = "1"
     log.info("TRL: process %d of %d, %d torch threads, cpu=%s", rank, args.world_size, threads, cpu)
     # Only the embedded engine's schema has a device (vLLM and SGLang place their own servers).
-    engine_device = getattr(settings.inference, "device", "cpu")
-    if engine_device.startswith("cuda") and args.world_size > 1:  # each rank's engine beside its own learner
+    on_cuda = isinstance(settings.inference, EmbeddedInferenceConfig) and settings.inference.device.startswith("cuda")
+    if on_cuda and args.world_size > 1:  # each rank's engine beside its own learner
         plan = dataclasses.replace(plan, engine_factory=plan.engine_factory.on_device(
             f"cuda:{args.local_process_index}"))
     tokenizer = AutoTokenizer.from_pretrained(start_path, local_files_only=True)

@@ -95,8 +95,8 @@ def stopped_sft_step(plan: Any) -> int | None:
     t = plan.settings.trainer
     if isinstance(t, SFTTrainerConfig):
         out = Path(t.output_dir) if t.output_dir else sft_checkpoint_path(plan.settings, t, plan.bundle, plan.agent)
-    elif (ws := getattr(t, "warm_start", None)) is not None and ws.enabled and not ws.checkpoint:
-        out = sft_checkpoint_path(plan.settings, ws, plan.bundle, plan.agent)
+    elif isinstance(t, WarmStartSettings) and t.warm_start.enabled and not t.warm_start.checkpoint:
+        out = sft_checkpoint_path(plan.settings, t.warm_start, plan.bundle, plan.agent)
     else:
         return None
     return saved_step(state_dir(out))

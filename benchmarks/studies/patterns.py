@@ -96,7 +96,7 @@ def _role_policies(cfg: Any) -> list[Any]:
     policies = plan_policies(cfg.agent.get("roles"))
     for p in policies:
         p.trainable = False  # eval only: an engine per role model, no learner
-    load_learners(cfg.trainer, policies)
+    load_learners(cfg.trainer, policies, model_cfg=cfg.model)
     return policies
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from agentrl.config.model import ModelConfig
 from agentrl.trainers.learner import TrainItem
 from agentrl.trainers.lr_schedules import lr_factor
 from agentrl.trainers.policies import Policy, load_learners, step_policies
@@ -64,7 +65,7 @@ def test_the_schema_refuses_a_bad_schedule_naming_the_key():
 def test_each_grpo_step_trains_at_its_scheduled_rate(tiny_model: str):
     t = trainer_cfg(lr_warmup_steps=2, lr_schedule="linear")
     policies = [Policy("main", tiny_model, trainable=True, path=tiny_model)]
-    load_learners(t, policies)
+    load_learners(t, policies, model_cfg=ModelConfig())
     opt = policies[0].learner.optimizer
     engines = {"main": SimpleNamespace(update_weights=lambda state: None)}
     seen = []
@@ -79,7 +80,7 @@ def test_each_grpo_step_trains_at_its_scheduled_rate(tiny_model: str):
 
 def one_update(path: str, model_cfg: dict) -> tuple[torch.nn.Module, dict, list[torch.Tensor]]:
     policies = [Policy("main", path, trainable=True, path=path)]
-    load_learners(trainer_cfg(), policies, model_cfg=OmegaConf.create(model_cfg))
+    load_learners(trainer_cfg(), policies, model_cfg=ModelConfig(**model_cfg))
     learner = policies[0].learner
     items = [TrainItem(p.sample.token_ids, p.sample.loss_mask, p.sample.rollout_logprobs, a)
              for p, a in zip(played(), [-1.5, -0.5, 0.5, 1.5], strict=True)]
