@@ -72,7 +72,7 @@ def test_a_conf_option_names_what_it_builds(group: str, option: str):
 
 
 def test_the_serve_config_restates_no_env_server_default():
-    from agentrl.envs.serve import ServeConfig
+    from agentrl.config.serve import ServeConfig
 
     raw = OmegaConf.to_container(OmegaConf.load(conf_dir() / "serve.yaml"), resolve=False)
     for key in ("defaults", "hydra", "env", "sandbox"):

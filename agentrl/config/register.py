@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from agentrl.config import agent, env, env_mix, inference, logger, model, paths, reward, sandbox, trainer
 from agentrl.config.locate import project_root, recipe_dirs
 from agentrl.config.schema import RunConfig
+from agentrl.config.serve import ServeConfig
 from agentrl.config.validate import install_compose_check
 
 # group -> option -> schema. Each conf/<group>/<option>.yaml extends /schema/<group>/<option>.
@@ -71,6 +72,7 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("agentrl_root", lambda: str(project_root()))
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
+    cs.store(name="serve_schema", node=ServeConfig)  # `python -m agentrl.envs.serve` (conf/serve.yaml)
     for group, options in SCHEMAS.items():
         for name, node in options.items():
             cs.store(group=f"schema/{group}", name=name, node=node)

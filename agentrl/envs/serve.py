@@ -1,6 +1,7 @@
 """`python -m agentrl.envs.serve env=gridsim port=8200`: serve a bundle over the OpenEnv protocol.
 
-Configured by Hydra from `conf/serve.yaml` (the `env` and `sandbox` groups of the project's config).
+Configured by Hydra from `conf/serve.yaml` (its schema `agentrl.config.serve.ServeConfig`; the `env` and `sandbox`
+groups of the project's config).
 With `token_var=NAME` the bearer token is read from that environment variable, never the command line.
 SIGTERM (or Ctrl-C) tears every live episode down before the process exits.
 """
@@ -9,33 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import hydra
-from hydra.core.config_store import ConfigStore
-from omegaconf import II, MISSING, DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from agentrl.config import register_configs
 from agentrl.config.locate import conf_dir
 
 log = logging.getLogger("agentrl.envs.serve")
-
-
-@dataclass
-class ServeConfig:
-    env: Any = MISSING
-    sandbox: Any = MISSING
-    # The served env's own server settings (env.server, one home: agentrl/config/env.py); override either.
-    host: str = II("env.server.host")
-    port: int = 8200
-    token_var: str | None = II("env.server.token_var")  # the variable's *name*, never the token itself
-    max_concurrent_envs: int = II("env.server.max_concurrent_envs")
-    tool_timeout: float = II("env.server.tool_timeout")
-    reset_timeout: float = II("env.server.reset_timeout")
-    session_idle_timeout: float = II("env.server.session_idle_timeout")
-    reward: str | None = None
-    log_level: str = "info"
 
 
 def read_token(token_var: str | None) -> str | None:
@@ -82,8 +65,7 @@ def serve(cfg: DictConfig) -> None:
     run_server(app, cfg.host, cfg.port, log_level=cfg.log_level)
 
 
-register_configs()
-ConfigStore.instance().store(name="serve_schema", node=ServeConfig)
+register_configs()  # the env and sandbox groups, and conf/serve.yaml's schema (agentrl/config/serve.py)
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="serve")
