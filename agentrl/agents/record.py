@@ -4,13 +4,15 @@ Agents fill a `Rollout` per trainable sample (one per role session) and return t
 the reward group (`agentrl.rewards.apply_rewards`) sets each rollout's `score`, `weight` and trained `reward`
 (and `judged`, which the `Play` says); the built-in trainer's runner adds the recorded tokens (`sample`), the
 GRPO group key and the policy. Miles never sees this
-type: its agent function returns `miles_metadata(rollout)`, the dict with the AgentEnv key names.
+type: its agent function returns `miles_metadata(rollout)`, the dict with the AgentEnv key names, and this module
+is those keys' one home (`miles_rollout` reads them back; `miles_rubric_metadata` is what the rubric hook adds).
 """
 
 from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,4 +175,29 @@ def miles_metadata(rollout: Rollout) -> dict[str, Any]:
     if rollout.failure:
         out["agentenv_failure"] = rollout.failure.value
         out["agentenv_error"] = rollout.error
+    return out
+
+
+def miles_rollout(metadata: Mapping[str, Any]) -> Rollout:
+    """The record a Miles sample's metadata carries (`miles_metadata` read back): its scores (None when it has
+    none), counts, answer and failure."""
+    scores = metadata.get("agentenv_scores")
+    rollout = Rollout(scores=None if scores is None else dict(scores),
+                      answer=str(metadata.get("agentenv_answer") or ""),
+                      tool_calls=int(metadata.get("agentenv_tool_calls") or 0),
+                      invalid_calls=int(metadata.get("agentenv_invalid_calls") or 0),
+                      turns=int(metadata.get("agentenv_turns") or 0),
+                      completion_tokens=int(metadata.get("agentenv_completion_tokens") or 0),
+                      context_tokens=int(metadata.get("agentenv_context_tokens") or 0))
+    if failure := metadata.get("agentenv_failure"):
+        rollout.flag(Failure.of(str(failure)), str(metadata.get("agentenv_error") or ""))
+    return rollout
+
+
+def miles_rubric_metadata(rollout: Rollout, reward: float) -> dict[str, Any]:
+    """What Miles' rubric hook merges into a sample's metadata after scoring `rollout`: the `reward`, each rubric
+    part (`agentenv_rubric`) and, when the rubric failed (its judge gave no score), the failure."""
+    out: dict[str, Any] = {"reward": reward, "agentenv_rubric": dict(rollout.rubric)}
+    if rollout.failure is not None:
+        out["agentenv_failure"], out["agentenv_error"] = rollout.failure.value, rollout.error
     return out

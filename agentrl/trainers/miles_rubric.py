@@ -10,7 +10,7 @@ import json
 import os
 from typing import Any
 
-from agentrl.agents.record import Play, Rollout
+from agentrl.agents.record import Play, miles_rollout, miles_rubric_metadata
 from agentrl.rewards import RewardGroup, episode_score
 
 REWARD_ENV = "AGENTRL_REWARD"  # the run's `reward` config (JSON) for the hook to build in a Ray worker
@@ -40,17 +40,15 @@ def _prompt_row(sample: Any) -> dict[str, Any]:
 
 
 async def score_sample(group: RewardGroup, sample: Any) -> float:
-    """The rubric's reward for one Miles sample (0 when the agent flagged it); sets its metadata's `reward`,
-    `agentenv_rubric` (each part) and, when the rubric fails, `agentenv_failure`/`agentenv_error`."""
+    """The rubric's reward for one Miles sample (0 when the agent flagged it or nothing was scored); merges
+    `miles_rubric_metadata` (the reward, each part, a failed rubric's failure) into its metadata."""
     metadata = (sample.get("metadata") if isinstance(sample, dict) else getattr(sample, "metadata", None)) or {}
-    if metadata.get("agentenv_failure") or metadata.get("agentenv_scores") is None:
+    rollout = miles_rollout(metadata)
+    if rollout.failure is not None or rollout.scores is None:
         return 0.0
-    rollout = Rollout(scores=dict(metadata["agentenv_scores"]), answer=str(metadata.get("agentenv_answer") or ""))
     await group.prepare(Play([rollout]), _prompt_row(sample))
     reward = episode_score(group, rollout)
-    metadata["reward"], metadata["agentenv_rubric"] = reward, dict(rollout.rubric)
-    if rollout.failure is not None:
-        metadata["agentenv_failure"], metadata["agentenv_error"] = rollout.failure.value, rollout.error
+    metadata.update(miles_rubric_metadata(rollout, reward))
     if isinstance(sample, dict):
         sample["metadata"] = metadata
     else:
