@@ -142,3 +142,23 @@ def model_autocast(model: Any) -> str:
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device `model`'s parameters are on."""
     return next(model.parameters()).device
+
+
+def release_freed_memory() -> None:
+    """Hand memory that Python and torch have freed back to the OS (glibc's `malloc_trim`; a no-op elsewhere).
+
+    glibc keeps freed blocks under its mmap threshold in its arenas, and that threshold rises to 32 MB once a
+    large block is freed, so after a training step's activations (GBs for a real model) or a warm start's model
+    and optimizer the process keeps them resident: a calc_smollm2 run held 7 GB between steps with 2.6 GB of
+    live tensors, and grew to 10 GB. Called between stages and after every update; it takes milliseconds."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is not None:
+        trim(0)

@@ -213,6 +213,7 @@ class EmbeddedEngine:
         """
         if mode not in PUSH_MODES:
             raise ValueError(f"update_weights: mode must be one of {', '.join(PUSH_MODES)}, got {mode!r}")
+        self._check_open()  # a closed engine has let its model go
         state = load_state_dict(source) if isinstance(source, str | Path) else dict(source)
         state = validate_state_dict(self.model, state, self.device, self.dtype)
         fut: concurrent.futures.Future = concurrent.futures.Future()
@@ -228,8 +229,14 @@ class EmbeddedEngine:
         """Serve the base with LoRA `adapter` (PEFT's tensor names; `lora`: its `model.lora` settings, rank and
         alpha) in place of the previous adapter: `update_weights` of the merged weights, computed here so the
         caller sends only the adapter. Returns the new `weight_version`."""
+        self._check_open()
         merged = self._adapter_base.merged(self.model, adapter, float(lora.alpha) / int(lora.rank))
         return self.update_weights(merged, timeout=timeout, mode=mode)
+
+    def _check_open(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise self.failure or EngineUnavailable("EmbeddedEngine is closed")
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop the worker; requests still queued or running fail with RuntimeError."""
@@ -240,6 +247,11 @@ class EmbeddedEngine:
             self.failure = self.failure or EngineUnavailable("EmbeddedEngine is closed")
         self._queue.put(_WAKE)
         self._thread.join(timeout=timeout)
+        if not self._thread.is_alive():
+            # A closed engine can stay referenced long after (a stopped session app's route closures hold it):
+            # its weights go now, not with the last reference (a warm start's eval engine kept 0.5 GB of SmolLM2).
+            self.model = self._adapter_base = None
+            self._batch = DecodeBatch()
 
     def __enter__(self) -> EmbeddedEngine:
         return self

@@ -39,7 +39,7 @@ import torch
 
 from agentrl.agents.record import Rollout
 from agentrl.console import progress
-from agentrl.devices import set_threads, train_device
+from agentrl.devices import release_freed_memory, set_threads, train_device
 from agentrl.group_filter import FAILED, FailureStreak, failure_cause, group_drop_reason
 from agentrl.interrupts import between_steps, stop_point
 from agentrl.trainers import checkpoint as ckpt
@@ -131,6 +131,7 @@ class GRPOTrainer(TrainerBase):
         start_path = str(resume_from / "model") if resume_from else warm_start_path(plan, self.tracker)
         if not resume_from and s.trainer.warm_start.enabled:  # the closing block names only the stages that ran
             self.times["warm_start"] += time.monotonic() - started
+        release_freed_memory()  # a warm start made here freed its model and optimizer: give them back
         self.policies = [main_policy(start_path), *(p for p in self.policies if p.name != MAIN)]
         # After the warm start: SFT's large batches want every core, the rollout loop may want fewer.
         threads = set_threads(s)
@@ -186,6 +187,7 @@ class GRPOTrainer(TrainerBase):
         update = update_policies(samples, step)
         updated = time.monotonic()
         push_s = push_policies(samples, self.services.policy_engines)
+        release_freed_memory()  # the update's activations, freed but still resident (GBs for a real model)
         self.trained_cursor = batch.row_cursor  # a checkpoint of this step resumes here, not past the next plays
         times = StepTimes(generate_wait_s=waited - began, train_s=updated - waited, weight_push_s=push_s,
                           step_s=time.monotonic() - began)

@@ -101,6 +101,17 @@ def merged_state(model: Any) -> dict[str, torch.Tensor]:
     return out
 
 
+def without_tied_head(model: Any, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`state` without the output head when the model ties it to the input embedding: the engine's copy is the
+    same model, tied too, so the embedding carries both (SmolLM2's head was 113 MB of a 651 MB push)."""
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is None or embedding is None or head.weight is not embedding.weight:
+        return state
+    names = [k for k, v in state.items() if v.data_ptr() == head.weight.data_ptr()]
+    keep = next((k for k in names if "embed" in k), names[0] if names else None)
+    return {k: v for k, v in state.items() if k not in names or k == keep}
+
+
 def tensor_bytes(state: dict[str, torch.Tensor]) -> int:
     """The bytes a state dict's tensors hold (what a push sends)."""
     return sum(t.numel() * t.element_size() for t in state.values())
@@ -112,11 +123,11 @@ def push(model: Any, engine: Any, lora: Any, **kw: Any) -> int:
     Under LoRA with `push=adapter` only the adapter goes (`engine.update_adapter`); with `push=merged` the merged
     weights; a full model's state dict otherwise (`engine.update_weights`)."""
     if not is_lora(model):
-        state = {k: v.detach() for k, v in model.state_dict().items()}
+        state = without_tied_head(model, {k: v.detach() for k, v in model.state_dict().items()})
         engine.update_weights(state, **kw)
         return tensor_bytes(state)
     if lora is not None and lora.push == "merged":
-        state = merged_state(model)
+        state = without_tied_head(model.get_base_model(), merged_state(model))
         engine.update_weights(state, **kw)
         return tensor_bytes(state)
     update = getattr(engine, "update_adapter", None)

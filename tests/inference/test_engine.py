@@ -173,3 +173,20 @@ async def test_close_fails_waiting_requests(random_model):
     closer.join()
     with pytest.raises(RuntimeError, match="closed"):
         await eng.generate(PROMPTS[0], max_tokens=2)
+
+
+def test_a_closed_engine_lets_its_weights_go_and_refuses_a_push(random_model) -> None:
+    import gc
+    import weakref
+
+    from agentrl.inference.engine import EngineUnavailable
+
+    engine = EmbeddedEngine(random_model)
+    weights = weakref.ref(engine.model)
+    state = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    engine.close()
+    keeper = [engine]  # still referenced, as a stopped session app's closures keep one
+    gc.collect()
+    assert weights() is None
+    with pytest.raises(EngineUnavailable, match="closed"):
+        keeper[0].update_weights(state)

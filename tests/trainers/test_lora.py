@@ -117,7 +117,24 @@ def test_push_merged_sends_the_merged_weights() -> None:
     learner = Learner(model, lr=1e-3, lora=settings)
     with EmbeddedEngine(path) as engine:
         learner.push(engine)
-        assert learner.pushed_bytes == lora.tensor_bytes(engine.model.state_dict())
+        # The tiny model ties its head to the embedding: each tensor of the engine's counted once.
+        once = {v.data_ptr(): v for v in engine.model.state_dict().values()}
+        assert learner.pushed_bytes == lora.tensor_bytes(once)
+        assert torch.allclose(_logits(engine.model), _logits(model), atol=1e-4)
+
+
+def test_a_full_push_sends_a_tied_head_once_and_the_engine_head_follows() -> None:
+    path = shared_tiny_model()
+    model = load_trained_model(path, ModelConfig(_target_="agentrl.models.hf.local_model", path=path))
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(1.5)  # what a step changes, the tied head with it
+    learner = Learner(model, lr=1e-3)
+    with EmbeddedEngine(path) as engine:
+        learner.push(engine)
+        embedding = model.get_input_embeddings().weight
+        assert learner.pushed_bytes == lora.tensor_bytes(dict(model.state_dict())) - lora.tensor_bytes({"": embedding})
+        assert torch.equal(engine.model.get_output_embeddings().weight, embedding)
         assert torch.allclose(_logits(engine.model), _logits(model), atol=1e-4)
 
 
