@@ -14,7 +14,8 @@ Without `--warm-start`, the SFT folder is made once first: the recipe's own warm
 `trainer.steps=1` of its own, not timed. Every timed run has `trainer.eval_limit=<--eval-limit>` (1 by default:
 the before and after evals play one task each; their seconds are not in a step's), `trainer.checkpoint_every=0`,
 and its own AGENTRL_HOME under `--root`, so nothing lands in outputs/ (the converted model is read from the
-checkout's outputs/models). Each run holds an exclusive `flock` on `--lock` while it runs.
+checkout's outputs/models). Each run holds an exclusive `flock` on `--lock` while it runs, with an OOM score
+of 1000 (the kernel kills it first if memory runs out: a shared box's other jobs go on).
 
 Per route it reads `time/step_s` (and the play's and update's seconds, rows drawn, groups kept and tokens trained)
 per step from the run's own MLflow store
@@ -76,6 +77,14 @@ def tree_rss(root: int) -> tuple[int, int]:
     return total, len(tree)
 
 
+def oom_first() -> None:
+    """In the child before exec: the kernel's OOM killer takes this run (and what it starts) before a neighbour's."""
+    try:
+        Path("/proc/self/oom_score_adj").write_text("1000")
+    except OSError:
+        pass
+
+
 def run_cli(home: Path, overrides: list[str], log: Path, lock: Path) -> dict[str, float]:
     """One `python -m agentrl OVERRIDES` run in `home` under the lock; its peak tree RSS and wall seconds."""
     home.mkdir(parents=True, exist_ok=True)
@@ -90,7 +99,8 @@ def run_cli(home: Path, overrides: list[str], log: Path, lock: Path) -> dict[str
         peak = {"rss": 0, "procs": 0}
         began = time.monotonic()
         with open(log, "w") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    preexec_fn=oom_first)
             done = threading.Event()
 
             def sample() -> None:
