@@ -220,6 +220,17 @@ def check_lr_schedule(schedule: str, warmup_steps: int, key: str = "trainer") ->
 
 
 @dataclass
+class ModelFailuresConfig:
+    # A rollout truncated, over budget or out of turns (the policy's own doing): drop its group, or penalize:
+    # keep it in the group at reward 0 (docs/training.md, "Failed rollouts"). Env and engine failures always drop.
+    model_failures: str = "drop"  # drop | penalize
+
+    def __post_init__(self) -> None:
+        if self.model_failures not in ("drop", "penalize"):
+            raise ValueError(f"trainer.model_failures must be drop or penalize, got {self.model_failures!r}")
+
+
+@dataclass
 class LRScheduleConfig:
     """The RL stage's learning-rate schedule (docs/models.md, "Learning rate"); the grpo and trl trainers carry it."""
 
@@ -231,7 +242,8 @@ class LRScheduleConfig:
 
 
 @dataclass
-class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
+class GRPOTrainerConfig(WarmStartSettings, ModelFailuresConfig, LRScheduleConfig, DependencyWatchConfig,
+                        TrainerConfig):
     _target_: str = "agentrl.trainers.grpo.GRPOTrainer"
     prompts_per_step: int = 4  # distinct rows (e.g. days) per step
     samples_per_prompt: int = 8  # rollouts per row: one GRPO group
@@ -268,9 +280,6 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
     weight_decay: float = 0.0
     max_extra_rows: int = 16  # rows drawn beyond prompts_per_step per step to replace filtered groups
     drop_no_signal: bool = True  # drop groups whose rewards are all equal (zero advantage)
-    # A rollout truncated, over budget or out of turns (the policy's own doing): drop its group, or penalize:
-    # keep it in the group at reward 0 (docs/training.md, "Failed rollouts"). Env and engine failures always drop.
-    model_failures: str = "drop"  # drop | penalize
     # K: a sample may be trained up to K weight versions after the one that sampled its first token. 0: play, then
     # train; 1: play step n+1 while step n trains (corrected by the ratio to the engine's logprobs and tis_cap; a
     # step costs about max(play, train) instead of their sum: benchmarks/RESULTS.md, "`trainer.off_policy_steps`");
@@ -300,8 +309,7 @@ class GRPOTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConf
                              f"got {self.rae_decay}")
         DependencyWatchConfig.__post_init__(self)
         self.check_lr_schedule()
-        if self.model_failures not in ("drop", "penalize"):
-            raise ValueError(f"trainer.model_failures must be drop or penalize, got {self.model_failures!r}")
+        ModelFailuresConfig.__post_init__(self)
         check_staleness(self)
         if int(self.norm_tokens) < 1:
             raise ValueError(f"trainer.norm_tokens must be >= 1 (dr_grpo's constant normalizer), got {self.norm_tokens}")
@@ -405,7 +413,8 @@ class MilesTrainerConfig(TrainerConfig):
 
 
 @dataclass
-class TRLTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConfig, TrainerConfig):
+class TRLTrainerConfig(WarmStartSettings, ModelFailuresConfig, LRScheduleConfig, DependencyWatchConfig,
+                       TrainerConfig):
     """TRL's GRPOTrainer playing our agent through its `rollout_func` (docs/trl.md); same keys as `grpo` where
     TRL has the setting. A key TRL lacks keeps a neutral default, and another value fails when the plan is built."""
 
@@ -441,6 +450,7 @@ class TRLTrainerConfig(WarmStartSettings, LRScheduleConfig, DependencyWatchConfi
         check_ports("trainer", self, ("main_process_port",))
         check_retired_overlap(self)
         DependencyWatchConfig.__post_init__(self)
+        ModelFailuresConfig.__post_init__(self)
         self.check_lr_schedule()
 
     def sampling(self) -> Sampling:

@@ -29,7 +29,7 @@ def step_updates(metrics: Mapping[str, float]) -> float:
 
 class NoUpdateWatch:
     """Counts steps without an update; warns when `warn_after` in a row made none (and again each time that
-    streak doubles). `penalize` says whether `trainer.model_failures=penalize` is on offer (built-in GRPO)."""
+    streak doubles). `penalize` says whether `trainer.model_failures=penalize` is on offer (trainer=grpo and trl)."""
 
     def __init__(self, warn_after: int = 2, *, penalize: bool = True) -> None:
         self.warn_after, self.penalize = max(1, int(warn_after)), penalize

@@ -125,7 +125,7 @@ class TRLTrainer(TrainerBase):
         except TRLConfigError as err:
             raise SystemExit(f"agentrl: {err}") from None
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
-        self.no_update = NoUpdateWatch(penalize=False)  # model_failures=penalize is the built-in trainer's only
+        self.no_update = NoUpdateWatch(penalize=plan.settings.trainer.model_failures == "drop")
         self.start_path, self.resume_from, self.warm_s = "", None, 0.0
 
     @property

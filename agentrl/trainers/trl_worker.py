@@ -71,6 +71,18 @@ def agentrl_reward(prompts: list[Any], completions: list[Any], reward: list[floa
     return [float(r) for r in reward]
 
 
+def train_plan(groups: list[list[Rollout]], *, drop_no_signal: bool,
+               penalize: bool) -> tuple[list[str | None], set[int]]:
+    """Each group's drop reason (None: kept), and the ids of the rollouts whose tokens train nothing: every one of a
+    group dropped as failed. TRL's sampler cannot redraw a dropped row, so such a group stays in TRL's batch masked
+    out. With `penalize` (`trainer.model_failures=penalize`), a play cut or out of turns by the policy's own doing
+    stays trained at reward 0 in its group, as under the built-in trainer."""
+    reasons = [group_drop_reason(g, drop_no_signal=drop_no_signal, penalize_model_failures=penalize) for g in groups]
+    masked = {id(r) for g in groups
+              if group_drop_reason(g, drop_no_signal=False, penalize_model_failures=penalize) == FAILED for r in g}
+    return reasons, masked
+
+
 class Bridge:
     """The rollout function TRL calls, the weight sync, the evaluator and the metrics of a step."""
 
@@ -122,8 +134,8 @@ class Bridge:
         if svc.runner.breaker is not None:
             svc.runner.breaker.step_done(step, [r for g in groups for r in g])
         queues = {i: list(g) for i, g in zip(counts, groups, strict=True)}
-        reasons = [group_drop_reason(g, drop_no_signal=self.t.drop_no_signal) for g in groups]
-        masked = {id(r) for g in groups if group_drop_reason(g, drop_no_signal=False) == FAILED for r in g}
+        reasons, masked = train_plan(groups, drop_no_signal=self.t.drop_no_signal,
+                                     penalize=self.t.model_failures == "penalize")
         out: dict[str, list[Any]] = defaultdict(list)
         for index in slots:
             rollout = queues[index].pop(0)

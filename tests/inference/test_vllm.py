@@ -294,13 +294,13 @@ def test_two_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_pa
                                                                           extra: list[str]) -> None:
     home = tmp_path / "home"
     # head_dim 64 / 2 = 32: vLLM's CPU attention has no smaller head. The untrained model's replies are cut and
-    # flagged truncated (not scored): the built-in trainer keeps them at reward 0 (penalize, drop_no_signal=false)
-    # so each step trains real tokens and measures their gap; no warm start, so one server serves the whole run.
+    # flagged truncated (not scored): both trainers keep them at reward 0 (penalize, drop_no_signal=false) so each
+    # step trains real tokens and measures their gap; no warm start, so one server serves the whole run.
     args = ["+recipe=gridsim_grpo", f"trainer={trainer}", "inference=vllm", "trainer.steps=2",
             "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_every=0", "trainer.eval_limit=2",
             "trainer.checkpoint_every=0", "trainer.warm_start.enabled=false", "agent.max_response_tokens=16",
-            *(["trainer.model_failures=penalize", "trainer.drop_no_signal=false", "trainer.max_extra_rows=0"]
-              if trainer == "grpo" else []),
+            "trainer.model_failures=penalize", "trainer.max_extra_rows=0",
+            *(["trainer.drop_no_signal=false"] if trainer == "grpo" else []),  # TRL: advantage 0, tokens still sent
             "model.hidden_size=64", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
             "model.intermediate_size=128", "model.vocab_size=1024", "inference.max_model_len=2048", *extra]
     client = run_agentrl(args, home, seed_model=False, seed_store=False).client()  # the run builds model and store
@@ -313,10 +313,7 @@ def test_two_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_pa
         assert [m.step for m in history] == [1, 2], f"{key}: {history}"
         assert all(math.isfinite(m.value) for m in history), f"{key} = {[m.value for m in history]}"
     tokens = client.get_metric_history(run_id, "train/tokens")
-    if trainer == "grpo":  # the gap is of real tokens
-        assert all(m.value > 0 for m in tokens), tokens
-    else:  # TRL has no model_failures=penalize: the cut replies, flagged truncated, mask their groups out
-        assert all(m.value == 0 for m in tokens), tokens
+    assert all(m.value > 0 for m in tokens), tokens  # the cut replies train (penalized), so the gap is of real tokens
     pushes = client.get_metric_history(run_id, "time/weight_push_s")
     assert pushes[-1].value > 0  # step 2's rollouts sampled weights pushed to the server (version read back)
     if trainer == "trl":

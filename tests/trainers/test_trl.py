@@ -196,6 +196,25 @@ def test_a_play_becomes_trl_fields(tmp_path: Path) -> None:
     assert fields["env_mask"] == [0] and fields["reward"] == 0.0
 
 
+def test_penalized_cut_plays_train_in_their_group_and_env_failures_still_mask_it() -> None:
+    """trainer.model_failures under TRL: drop masks a group holding a cut play; penalize trains it (the cut play
+    at reward 0 among the others); an env failure masks its group either way."""
+    from agentrl.agents.record import Failure
+    from agentrl.config.trainer import TRLTrainerConfig
+    from agentrl.trainers.trl_worker import train_plan
+
+    cut = _played(0.0, [1, 1])
+    cut.flag(Failure.TRUNCATED, "the reply hit max_response_tokens")
+    cut_group, env_group = [_played(1.0, [1]), cut], [_played(1.0, [1]), _played(0.0, [1], failed=True)]
+    reasons, masked = train_plan([cut_group, env_group], drop_no_signal=True, penalize=False)
+    assert reasons == ["failed", "failed"] and masked == {id(r) for r in cut_group + env_group}
+    reasons, masked = train_plan([cut_group, env_group], drop_no_signal=True, penalize=True)
+    assert reasons == [None, "failed"] and masked == {id(r) for r in env_group}
+    assert TRLTrainerConfig(model_failures="penalize").model_failures == "penalize"
+    with pytest.raises(ValueError, match="trainer.model_failures must be drop or penalize"):
+        TRLTrainerConfig(model_failures="ignore")
+
+
 def _played(reward: float, mask: list[int], *, failed: bool = False, group: str = "a") -> Any:
     from agentrl.agents.record import Failure, Rollout
     from agentrl.inference.samples import Sample
