@@ -99,13 +99,20 @@ def joined(text: str) -> str:
     return " ".join(re.sub(r"^\s*#*\s*", "", line) for line in text.splitlines())
 
 
-def quoted_refs() -> list[tuple[Path, str]]:
-    refs = []
+def scanned_texts() -> list[tuple[Path, str]]:
+    """Each scanned file's text (binary files skipped)."""
+    out = []
     for path in scanned_files():
         try:
-            text = path.read_text()
+            out.append((path, path.read_text()))
         except UnicodeDecodeError:
             continue
+    return out
+
+
+def quoted_refs() -> list[tuple[Path, str]]:
+    refs = []
+    for path, text in scanned_texts():
         if "RESULTS" not in text:
             continue
         for m in QUOTED.finditer(joined(text)):
@@ -115,14 +122,7 @@ def quoted_refs() -> list[tuple[Path, str]]:
 
 
 def anchor_refs() -> list[tuple[Path, str]]:
-    refs = []
-    for path in scanned_files():
-        try:
-            text = path.read_text()
-        except UnicodeDecodeError:
-            continue
-        refs += [(path, a) for a in ANCHOR_REF.findall(text)]
-    return refs
+    return [(path, a) for path, text in scanned_texts() for a in ANCHOR_REF.findall(text)]
 
 
 def linked_docs() -> list[Path]:
