@@ -5,10 +5,9 @@ fine-tuning path (issue 53, items 4 and 5).
 
 Routes, each one `python -m agentrl` run through the CLI, one after another, each from the same SFT folder:
   grpo  `+recipe=calc_smollm2` as it is (`trainer=grpo`, full fine-tuning): the baseline;
-  trl   TRL's GRPOTrainer on the recipe's settings. `+recipe=calc_smollm2 trainer=trl` does not compose (the recipe
-        sets `trainer.model_failures`, a key TRL's schema lacks, and Hydra merges the recipe before any `~key`
-        deletion), so the recipe's groups and keys are read from recipes/calc_smollm2.yaml and passed as overrides,
-        without `model_failures` (TRL keeps a group with a flagged play in its batch at loss weight 0);
+  trl   `+recipe=calc_smollm2 trainer=trl`: TRL's GRPOTrainer on the recipe's settings, `model_failures=penalize`
+        included (a cut play trains at reward 0 in its group; before ca2ba5f TRL had no such key and the route
+        passed the recipe's keys without it, so every group holding a cut play was masked out);
   lora  `+recipe=calc_smollm2 model.lora.enabled=true trainer.lr=<--lora-lr>` (model=smollm2's LoRA defaults).
 Without `--warm-start`, the SFT folder is made once first: the recipe's own warm start (4 steps), in a run of
 `trainer.steps=1` of its own, not timed. Every timed run has `trainer.eval_limit=<--eval-limit>` (1 by default:
@@ -129,32 +128,6 @@ def step_metrics(home: Path) -> dict[str, list[float]]:
                 for key in KEYS}
 
 
-def recipe_overrides(trainer: str, drop: tuple[str, ...]) -> list[str]:
-    """The recipe's groups and keys as command-line overrides (its trainer group replaced by `trainer`, the
-    trainer keys in `drop` left out), for a trainer whose schema cannot take the recipe as it is."""
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.load(REPO / "recipes" / f"{RECIPE}.yaml")
-    out = []
-    for entry in cfg.defaults:
-        (key, value), = dict(entry).items()
-        group = key.removeprefix("override /")
-        out.append(f"{group}={trainer if group == 'trainer' else value}")
-    flat = OmegaConf.to_container(cfg, resolve=False)
-    out.append(f"task_name={flat['task_name']}_{trainer}")
-
-    def walk(prefix: str, node: object) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(f"{prefix}.{k}" if prefix else k, v)
-        elif prefix not in drop:
-            out.append(f"{prefix}={json.dumps(node) if isinstance(node, str | bool) else node}")
-
-    for section in ("agent", "trainer"):
-        walk(section, flat[section])
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=3)
@@ -184,7 +157,7 @@ def main() -> None:
               "trainer.checkpoint_every=0", f"trainer.warm_start.checkpoint={warm}", models, *args.overrides]
     routes = {
         "grpo": [f"+recipe={RECIPE}", *common],
-        "trl": [*recipe_overrides("trl", drop=("trainer.model_failures",)), *common],
+        "trl": [f"+recipe={RECIPE}", "trainer=trl", f"task_name={RECIPE}_trl", *common],
         "lora": [f"+recipe={RECIPE}", "model.lora.enabled=true", f"trainer.lr={args.lora_lr}", *common],
     }
     results: dict[str, dict] = {}
