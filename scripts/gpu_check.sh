@@ -243,12 +243,10 @@ echo "== 3. LoRA on a Qwen3-4B-shaped model (random weights): recipes/gridsim_lo
 # micro-batch 4 of 2,048 tokens) for one GRPO step; docs/models.md "LoRA on one GPU" projects ~17 GB for it.
 timeout $(( 150 * SCALE )) python3 - "$DEVICE" "$SMALL" <<'PY'
 import sys, time
-from types import SimpleNamespace
-
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from agentrl.config.model import LoraConfig
+from agentrl.config.model import LoraConfig, ModelConfig
 from agentrl.trainers.learner import Learner, TrainItem
 from agentrl.trainers.lora import parameter_counts, wrap
 from agentrl.trainers.trained_model import prepare_for_training
@@ -267,7 +265,8 @@ with torch.device(device):
     model = Qwen3ForCausalLM(cfg)
 torch.set_default_dtype(torch.float32)
 base_gib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
-model = prepare_for_training(model, SimpleNamespace(gradient_checkpointing=True))  # as model.gradient_checkpointing
+# as model.gradient_checkpointing=true (the recipe's; the schema's other keys at their defaults)
+model = prepare_for_training(model, ModelConfig(_target_="unused", path="unused", gradient_checkpointing=True))
 lora = LoraConfig(enabled=True, rank=16, alpha=32.0)
 model = wrap(model, lora)
 trained, total = parameter_counts(model)

@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from agentrl.config.env import GridSimEnvConfig
 from agentrl.config.inference import SGLangInferenceConfig
 from agentrl.config.model import HFModelConfig
+from agentrl.config.reward import EnvScoreRewardConfig
 from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.envs.server import serve_in_background
@@ -199,7 +200,8 @@ def make_settings(**trainer: Any) -> RunConfig:
     """A trainer=miles run's typed settings (what `Plan.settings` holds: Qwen3-4B path, SGLang inference) with
     `trainer` settings overridden."""
     return RunConfig(trainer=MilesTrainerConfig(**trainer), inference=SGLangInferenceConfig(),
-                     env=GridSimEnvConfig(), model=HFModelConfig(path="/m/Qwen3-4B"), seed=7)
+                     env=GridSimEnvConfig(), model=HFModelConfig(path="/m/Qwen3-4B"), reward=EnvScoreRewardConfig(),
+                     seed=7)
 
 
 def ctx(tmp_path: Path, **kw: Any) -> LaunchContext:
