@@ -187,7 +187,7 @@ class GRPOTrainer(TrainerBase):
         update = update_policies(samples, step)
         updated = time.monotonic()
         push_s = push_policies(samples, self.services.policy_engines)
-        release_freed_memory()  # the update's activations, freed but still resident (GBs for a real model)
+        release_freed_memory(collect=False)  # the update's activations: freed, still resident (GBs for a real model)
         self.trained_cursor = batch.row_cursor  # a checkpoint of this step resumes here, not past the next plays
         times = StepTimes(generate_wait_s=waited - began, train_s=updated - waited, weight_push_s=push_s,
                           step_s=time.monotonic() - began)
