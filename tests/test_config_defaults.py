@@ -124,14 +124,7 @@ def literal_defaults(obj: Any) -> dict[str, str]:
                                             strict=True)]
         pairs += [(a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
 
-    def literal(node: ast.expr) -> bool:
-        if isinstance(node, ast.UnaryOp):
-            return literal(node.operand)
-        if isinstance(node, ast.Constant):
-            return node.value is not None
-        return isinstance(node, ast.Tuple | ast.List) and bool(node.elts)
-
-    return {name: ast.unparse(node) for name, node in pairs if literal(node)}
+    return {name: ast.unparse(node) for name, node in pairs if restates_a_value(node)}
 
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS)
