@@ -69,16 +69,17 @@ def episode_client(metadata: Mapping[str, Any]) -> EpisodeClient:
 
 def env_failure(exc: EnvClientError, *, started: bool) -> Failure:
     """The one mapping of an env client error to the play's failure, for every agent pattern. `started`: False for
-    the reset that opens the episode, True for a call in it (where a timeout is the tool's, and any lost
-    connection, refused token included, is the env server gone mid-episode)."""
+    the reset that opens the episode, True for a call in it (where a timeout is the tool's, and any other lost
+    connection is the env server gone mid-episode). A refused token is `env_auth` either way: a server that
+    rotates its token mid-episode is misconfigured, not gone, and its remedy is the same as at reset."""
+    if isinstance(exc, EnvAuthError):
+        return Failure.ENV_AUTH
     if started:
         if isinstance(exc, EnvTimeoutError):
             return Failure.TOOL_TIMEOUT
         return Failure.ENV_GONE if isinstance(exc, EnvConnectionError) else Failure.ENV_ERROR
     if isinstance(exc, (EnvResetError, EnvTimeoutError)):
         return Failure.DEPLOY
-    if isinstance(exc, EnvAuthError):
-        return Failure.ENV_AUTH
     if isinstance(exc, EnvUnreachableError):
         return Failure.ENV_UNREACHABLE
     return Failure.ENV_GONE if isinstance(exc, EnvConnectionError) else Failure.ENV_ERROR

@@ -242,3 +242,29 @@ async def test_parallel_episodes_on_one_endpoint(gridsim_bundle, gridsim_url):
 def test_agent_rejects_unknown_settings():
     with pytest.raises(TypeError, match="num_parallel"):
         ToolCallingAgent(num_parallel=3)
+
+
+def test_env_failure_maps_each_client_error_once_for_reset_and_mid_episode():
+    """The one mapping (`agents/episode.env_failure`): a refused token is env_auth at reset and mid-episode alike
+    (it was env_gone mid-episode); a timeout is the deploy's at reset and the tool's in the episode."""
+    from agentrl.agents.episode import env_failure
+    from agentrl.agents.record import Failure
+    from agentrl.envs.connection import (
+        EnvAuthError,
+        EnvConnectionError,
+        EnvProtocolError,
+        EnvResetError,
+        EnvTimeoutError,
+        EnvUnreachableError,
+    )
+
+    cases = {  # error: (at reset, mid-episode)
+        EnvAuthError("refused (close 1008)"): (Failure.ENV_AUTH, Failure.ENV_AUTH),
+        EnvTimeoutError("slow"): (Failure.DEPLOY, Failure.TOOL_TIMEOUT),
+        EnvResetError("no deploy"): (Failure.DEPLOY, Failure.ENV_ERROR),
+        EnvUnreachableError("nothing listens", "http://127.0.0.1:9"): (Failure.ENV_UNREACHABLE, Failure.ENV_GONE),
+        EnvConnectionError("dropped"): (Failure.ENV_GONE, Failure.ENV_GONE),
+        EnvProtocolError("garbage frame"): (Failure.ENV_ERROR, Failure.ENV_ERROR),
+    }
+    got = {exc: (env_failure(exc, started=False), env_failure(exc, started=True)) for exc in cases}
+    assert got == cases
