@@ -24,9 +24,9 @@ from typing import Any
 
 from agentrl.config.locate import project_root
 from agentrl.paired import PairedDiff, mean_se, paired_diff
+from agentrl.play.eval_results import EvalResultsError, majority_score, read_results, task_score
 from agentrl.tracking.eval_lookup import RunLookupError, eval_results_of, looks_like_run_id
 from agentrl.tracking.uri import resolve_tracking_uri
-from agentrl.trainers.eval_results import EvalResultsError, majority_score, read_results, task_score
 
 SCORERS = {"mean": task_score, "majority": majority_score}
 # `--measure` -> the sample field it reads (eval_results.MEASURES): eval/reward averages each sample's `score`.

@@ -18,13 +18,13 @@ from tqdm import tqdm
 from agentrl.config.sampling import Sampling
 from agentrl.models.lora_folder import is_model_folder
 from agentrl.plan import Plan
+from agentrl.play.dependency import DependencyLost
+from agentrl.play.eval_results import EvalSink
+from agentrl.play.eval_subset import eval_subset
+from agentrl.play.evaluate import evaluate, failure_note
 from agentrl.run import dataset_ref, engine_unavailable, job_plan
 from agentrl.tracking.eval_lookup import RunLookupError, final_model_of, looks_like_run_id, run_tags
 from agentrl.tracking.tracker import Tracker
-from agentrl.trainers.dependency import DependencyLost
-from agentrl.trainers.eval_results import EvalSink
-from agentrl.trainers.eval_subset import eval_subset
-from agentrl.trainers.evaluate import evaluate, failure_note
 
 # The tag that marks an MLflow run as an evaluation (training runs lack it).
 RUN_KIND_TAG = "agentrl.run_kind"
@@ -161,7 +161,7 @@ def run_eval(cfg: DictConfig) -> float | None:
         raise SystemExit(f"agentrl eval: eval.split={split}: bundle {plan.bundle.name} has no such split; it has "
                          f"{sorted(plan.bundle.splits())}")
     model = model_folder(plan, e.model, tracker.tracking_uri)
-    from agentrl.trainers.policies import plan_policies  # torch loads only once the plan is checked
+    from agentrl.play.policies import plan_policies  # torch loads only once the plan is checked
 
     # Roles with a model of their own play it here as in training (agent.roles.<i>.model; the plan checked it).
     policies = plan_policies(plan.settings.agent.role_list())
@@ -185,7 +185,7 @@ def run_eval(cfg: DictConfig) -> float | None:
     for policy in policies:
         print(f"role model   {', '.join(policy.roles)}: {policy.source}", flush=True)
     status, metrics, sink = "FAILED", {}, EvalSink(tracker, run_dir)
-    from agentrl.trainers.services import start_services  # torch loads only once the plan is checked
+    from agentrl.play.services import start_services  # torch loads only once the plan is checked
 
     try:
         services = start_services(plan, model, policies)

@@ -260,7 +260,7 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # Miles reads model.path on its own (GPU) machines and checks it there (`MilesTrainer.preflight`): a dry run
     # on a laptop must still print the command.
     notes = [] if trainer_cls.checks_model_itself else check_model(cfg)
-    from agentrl.trainers.policies import plan_policies
+    from agentrl.play.policies import plan_policies
 
     try:  # a role's own model (agent.roles.<i>.model) that is not there fails now, not when training starts
         if not trainer_cls.checks_model_itself:  # (Miles: on its own machines, as model.path)

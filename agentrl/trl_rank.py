@@ -16,8 +16,8 @@ from pathlib import Path
 from agentrl.config.portable import PortableConfigError, from_portable
 from agentrl.console import quiet_console
 from agentrl.plan import Plan, PlanError, build_plan
+from agentrl.play.dependency import DependencyLost
 from agentrl.tracking.trace_file import TraceFile
-from agentrl.trainers.dependency import DependencyLost
 from agentrl.trainers.trl_worker import LOST_FILE, TRACES_PREFIX, train
 
 

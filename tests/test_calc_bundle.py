@@ -20,12 +20,12 @@ from agentrl.envs.calc.bundle import MAX_CALCULATIONS
 from agentrl.envs.calc.problems import KINDS, LEVELS
 from agentrl.envs.client import EpisodeClient
 from agentrl.envs.server import build_app, serve_in_background
+from agentrl.play.eval_subset import eval_subset
 from agentrl.rewards import EnvScore
 from agentrl.testing import Reply, ScriptedChat, tool_call
 from agentrl.testing.config import compose_config
 from agentrl.testing.plays import rewarded
 from agentrl.testing.scripted_chat import sglang_tool_parser
-from agentrl.trainers.eval_subset import eval_subset
 
 
 @pytest.fixture(scope="module")

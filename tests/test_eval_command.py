@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from agentrl.paired import pass_at_k
+from agentrl.play.eval_results import majority_score, pass_metrics
 from agentrl.testing.cli import run_agentrl
-from agentrl.trainers.eval_results import majority_score, pass_metrics
 
 SHAPE = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
          "model.intermediate_size=64", "model.vocab_size=1024", "agent.max_response_tokens=24"]

@@ -235,7 +235,7 @@ def test_an_eval_stops_at_its_next_chunk_after_a_swallowed_signal() -> None:
     # `agentrl eval` has no training loop and so no stop point: a swallowed Ctrl-C let it play every task.
     script = textwrap.dedent(SWALLOW) + textwrap.dedent("""
         from agentrl.config.sampling import Sampling
-        from agentrl.trainers.evaluate import play_tasks
+        from agentrl.play.evaluate import play_tasks
         class Runner:
             chunks = 0
             async def play_rows(self, rows, samples, **kwargs):

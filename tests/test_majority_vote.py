@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.play.eval_results import answer_key, majority_metrics, majority_score
 from agentrl.testing.cli import run_cli
-from agentrl.trainers.eval_results import answer_key, majority_metrics, majority_score
 
 A = 'submit_schedule {"schedule": [1, 0, -1]}'
 B = 'submit_schedule {"schedule": [0, 1, -1]}'

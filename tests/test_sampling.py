@@ -85,7 +85,7 @@ def test_a_bad_sampling_setting_fails_when_the_plan_is_built(tmp_path: Path):
 
 def test_no_temperature_fallback_remains_below_the_plan():
     """Every temperature comes from the schema: no `.get("temperature", 1.1)`-like fallback, and no module
-    under agentrl/trainers builds its own request kwargs (the old copies each restated them)."""
+    under agentrl/trainers or agentrl/play builds its own request kwargs (the old copies each restated them)."""
     root = Path(agentrl.__file__).parent
     found = []
     for path in sorted(root.rglob("*.py")):
@@ -96,7 +96,7 @@ def test_no_temperature_fallback_remains_below_the_plan():
                     and node.args[0].value in ("temperature", "eval_temperature", "top_p", "top_k")
                     and len(node.args) > 1 and "kwargs" not in ast.unparse(node.func.value)):
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
-            if (path.parent.name == "trainers" and isinstance(node, ast.Dict)
+            if (path.relative_to(root).parts[0] in ("trainers", "play") and isinstance(node, ast.Dict)
                     and any(isinstance(k, ast.Constant) and k.value == "chat_template_kwargs" for k in node.keys)):
                 found.append(f"{path.relative_to(root)}:{node.lineno}: request kwargs built here")
     assert not found, "sampling settings restated below the plan (use plan.sampling):\n" + "\n".join(found)
@@ -114,8 +114,8 @@ def test_a_trainers_eval_samples_with_the_training_top_k_and_greedy_with_tempera
     """A real eval on the tiny model through the real session server: every generate call the engine gets
     carries the trainer's top_k and top_p (before issue 28 the eval sent neither top_k nor, greedy, anything
     but temperature 0 and top_p)."""
-    from agentrl.trainers.evaluate import trainer_eval
-    from agentrl.trainers.services import start_services
+    from agentrl.play.evaluate import trainer_eval
+    from agentrl.play.services import start_services
 
     small = [f"model.{k}={v}" for k, v in SMALL.items()]
     cfg = composed("env=arith", f"model.path={tiny}", *small, "agent.max_turns=1", "agent.max_response_tokens=4",

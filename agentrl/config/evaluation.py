@@ -14,7 +14,7 @@ class EvalConfig:
     temperature: float | None = None
     # The split played; None: env.eval_split.
     split: str | None = None
-    # `limit` tasks of the split, stratified as the bundle declares (trainers/eval_subset.py); None: all of them.
+    # `limit` tasks of the split, stratified as the bundle declares (play/eval_subset.py); None: all of them.
     limit: int | None = None
     # The weights: a model folder (a run's final_model, a checkpoint's model, any Hugging Face folder) or an
     # MLflow run id (its final_model); None: the model group's own (model=tiny, model=hf model.path=...).

@@ -126,7 +126,7 @@ class Bundle(ABC):
     # eval/reward_1h, eval/reward_2h, eval/reward_4h. Empty: the mean only.
     eval_breakdown: dict[str, str] = {}
     # The task fact (a `TaskInfo.extra` key) an eval of N tasks is stratified over, so that N of a split keep the
-    # split's shares of each kind (`trainers/eval_subset.py`); GridSim: "duration_h". None: N spread evenly over
+    # split's shares of each kind (`play/eval_subset.py`); GridSim: "duration_h". None: N spread evenly over
     # the split's indices.
     eval_strata: str | None = None
     # The same for the train reward (`train/<name>`, each rollout's trained reward): env=mix breaks it down by the

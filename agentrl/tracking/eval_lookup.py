@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 RUN_DIR_TAG = "agentrl.run_dir"  # set by MLflowTracker.start
-EVALS_DIR = "evals"  # the artifact folder the per-task results go to (trainers/eval_results.py)
+EVALS_DIR = "evals"  # the artifact folder the per-task results go to (play/eval_results.py)
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 

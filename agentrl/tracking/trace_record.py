@@ -1,6 +1,6 @@
 """An episode as a trace, in plain data: what `agentrl.tracking.traces` writes to MLflow Tracing.
 
-Trainers build these from their rollouts (`agentrl.trainers.episode_traces`) and hand them to
+Trainers build these from their rollouts (`agentrl.play.episode_traces`) and hand them to
 `Tracker.log_traces`; this layer knows no agent types, and this module no MLflow.
 """
 

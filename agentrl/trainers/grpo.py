@@ -2,7 +2,7 @@
 
 A step (`train_step`) is six verbs: draw rows -> play them (`RolloutRunner`: agent, reward group) -> filter the
 groups (`agentrl.group_filter`; dropped groups are replaced by new rows, `step_parts.fill_step`) -> advantages
--> update (one AdamW step per trained policy) -> push each policy's weights to its engine (`policies.py`). The
+-> update (one AdamW step per trained policy) -> push each policy's weights to its engine (`policy_steps.py`). The
 first three make a `StepBatch`, played ahead (`play_ahead.py`); the step reports a `StepStats`.
 
 How the default (`conf/trainer/grpo.yaml` over `GRPOTrainerConfig`) departs from vanilla GRPO (DeepSeekMath):
@@ -19,7 +19,7 @@ How the default (`conf/trainer/grpo.yaml` over `GRPOTrainerConfig`) departs from
   a failed rollout (`model_failures=drop`); new rows replace them, up to `max_extra_rows` more a step.
 
 Setup: the start folder (the warm start, `warm_start.py`, or a resumed checkpoint), the policies (the shared
-`main` and a policy per role model, `policies.py`) and their learners, the engine + session server + env server
+`main` and a policy per role model, `play/policies.py`) and their learners, the engine + session server + env server
 (`services.py`). `fit()`: evaluations before the first step, every `eval_every` steps and at the end (plus a
 greedy-decoded one), checkpoints every `checkpoint_every`. Cleanup: the services stopped and the reward curves
 drawn, whatever happened.
@@ -42,30 +42,27 @@ from agentrl.console import progress
 from agentrl.devices import release_freed_memory, set_threads, train_device
 from agentrl.group_filter import FAILED, FailureStreak, failure_cause, group_drop_reason
 from agentrl.interrupts import between_steps, stop_point
+from agentrl.play.episode_traces import TraceAs
+from agentrl.play.eval_results import EvalSink
+from agentrl.play.evaluate import step_line, trainer_eval
+from agentrl.play.policies import MAIN, Policy, main_policy, plan_policies
+from agentrl.play.rollout import make_row
+from agentrl.play.services import start_services
 from agentrl.trainers import checkpoint as ckpt
-from agentrl.trainers.episode_traces import TraceAs
-from agentrl.trainers.eval_results import EvalSink
-from agentrl.trainers.evaluate import step_line, trainer_eval
 from agentrl.trainers.health import HealthWatch
 from agentrl.trainers.no_update import NoUpdateWatch
 from agentrl.trainers.play_ahead import PlayAhead
 from agentrl.trainers.plots import reward_curves
-from agentrl.trainers.policies import (
-    MAIN,
-    Policy,
+from agentrl.trainers.policy_steps import (
     advantages,
     load_learners,
-    main_policy,
     partial_rollouts_problem,
-    plan_policies,
     push_policies,
     update_policies,
 )
 from agentrl.trainers.protocol import TrainerBase
 from agentrl.trainers.resume import AGENTRL, checkpoint_record
 from agentrl.trainers.role_advantages import role_advantage_problem
-from agentrl.trainers.rollout import make_row
-from agentrl.trainers.services import start_services
 from agentrl.trainers.staleness import STALE, EngineIdle, play_staleness, split_stale, staleness_metrics
 from agentrl.trainers.step_parts import RowStream, checkpoint_root, fill_step, tail_seconds, weight_lag
 from agentrl.trainers.step_products import StepBatch, StepStats, StepTimes

@@ -30,9 +30,9 @@ from agentrl.console import progress
 from agentrl.devices import model_device, set_threads, train_device
 from agentrl.fsutil import atomic_dir
 from agentrl.interrupts import between_steps, stop_point
+from agentrl.play.eval_results import EvalSink
+from agentrl.play.evaluate import evaluate
 from agentrl.trainers.demonstrations import demonstration_data, role_demonstrations
-from agentrl.trainers.eval_results import EvalSink
-from agentrl.trainers.evaluate import evaluate
 from agentrl.trainers.forward import first_loss_column, next_token_logits
 from agentrl.trainers.lora import trainable_parameters
 from agentrl.trainers.protocol import TrainerBase
@@ -229,7 +229,7 @@ class SFTTrainer(TrainerBase):
     def fit(self) -> dict[str, float]:
         """Train, then play the eval split sampled and greedy-decoded; returns the metrics, among them
         `eval/reward`, `eval_greedy/reward`, `time/train_total_s` and `time/eval_total_s`."""
-        from agentrl.trainers.services import start_services
+        from agentrl.play.services import start_services
 
         plan = self.plan
         run, t = plan.settings, plan.settings.trainer
@@ -273,7 +273,7 @@ def run_sft(plan: Any, output_dir: Path, settings: SFTSettings, *, eval_every: i
     """
     from transformers import AutoTokenizer
 
-    from agentrl.trainers.services import start_services
+    from agentrl.play.services import start_services
     from agentrl.trainers.trained_model import load_trained_model
 
     run = plan.settings

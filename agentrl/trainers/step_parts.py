@@ -15,8 +15,8 @@ from typing import Any
 
 from agentrl.agents.base import multi_agent_metrics
 from agentrl.agents.record import Rollout
+from agentrl.play.policies import MAIN
 from agentrl.rewards import rubric_metrics
-from agentrl.trainers.policies import MAIN
 
 
 class RowStream:

@@ -18,10 +18,10 @@ from typing import Any
 
 from agentrl.config.portable import to_portable
 from agentrl.console import progress, run_relayed
+from agentrl.play.dependency import DependencyLost
+from agentrl.play.eval_results import EVALS_DIR, publish
+from agentrl.play.evaluate import step_line
 from agentrl.tracking.trace_file import read_trace_file
-from agentrl.trainers.dependency import DependencyLost
-from agentrl.trainers.eval_results import EVALS_DIR, publish
-from agentrl.trainers.evaluate import step_line
 from agentrl.trainers.no_update import NoUpdateWatch
 from agentrl.trainers.plots import reward_curves
 from agentrl.trainers.protocol import TrainerBase

@@ -32,13 +32,13 @@ from agentrl.console import TRL_SILENCE
 from agentrl.devices import set_threads
 from agentrl.group_filter import FAILED, group_drop_reason
 from agentrl.interrupts import between_steps
-from agentrl.trainers.episode_traces import TraceAs
-from agentrl.trainers.eval_results import EvalSink
-from agentrl.trainers.evaluate import trainer_eval
+from agentrl.play.episode_traces import TraceAs
+from agentrl.play.eval_results import EvalSink
+from agentrl.play.evaluate import trainer_eval
+from agentrl.play.rollout import make_row
+from agentrl.play.services import start_services
 from agentrl.trainers.lora import push
 from agentrl.trainers.resume import TRANSFORMERS, checkpoint_step, resumed_history, write_record
-from agentrl.trainers.rollout import make_row
-from agentrl.trainers.services import start_services
 from agentrl.trainers.step_parts import RowStream
 from agentrl.trainers.step_products import StepStats
 from agentrl.trainers.trl_args import grpo_config_kwargs, peft_config, use_cpu

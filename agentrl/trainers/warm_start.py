@@ -105,9 +105,9 @@ def stopped_sft_step(plan: Any) -> int | None:
 def _evaluate(plan: Any, path: Path, tracker: Any) -> dict[str, float]:
     """`warm_start/eval/*`: the warm start's model played on the eval split, sampled as the trainer samples; its
     per-task results go to `evals/warm_start-eval-step-<steps>.jsonl` and its plays to the run's traces."""
-    from agentrl.trainers.eval_results import EvalSink
-    from agentrl.trainers.evaluate import evaluate
-    from agentrl.trainers.services import start_services
+    from agentrl.play.eval_results import EvalSink
+    from agentrl.play.evaluate import evaluate
+    from agentrl.play.services import start_services
 
     run = plan.settings
     services = start_services(plan, str(path))

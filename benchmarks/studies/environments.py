@@ -31,8 +31,8 @@ def scores(cfg, plan, model_path: str, seed: int, temperature: float | None = No
            ) -> tuple[dict[str, float], dict[int, float]]:
     """The trainer's eval of `model_path` on every eval task at the recipe's temperature (or `temperature`; 0:
     greedy), sampling seeds fixed by (seed, "env-bench"): metrics and the score per eval task index."""
-    from agentrl.trainers.evaluate import evaluate
-    from agentrl.trainers.services import start_services
+    from agentrl.play.evaluate import evaluate
+    from agentrl.play.services import start_services
 
     svc = start_services(plan, model_path)
     try:

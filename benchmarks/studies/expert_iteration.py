@@ -37,7 +37,7 @@ RECIPE = "gridsim_beat_teacher"
 def best_per_day(per_row: list, indices: list[int]) -> dict[int, tuple[float, list[int], list[int]]]:
     """Each day's best scored play: (score, token ids, loss mask); days whose plays all failed or scored 0 are
     left out."""
-    from agentrl.trainers.evaluate import outcome_of
+    from agentrl.play.evaluate import outcome_of
 
     best: dict[int, tuple[float, list[int], list[int]]] = {}
     for index, plays in zip(indices, per_row, strict=True):
@@ -70,9 +70,9 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from agentrl.devices import set_threads
-    from agentrl.trainers.evaluate import evaluate, outcome_of, play_tasks
-    from agentrl.trainers.rollout import make_row
-    from agentrl.trainers.services import start_services
+    from agentrl.play.evaluate import evaluate, outcome_of, play_tasks
+    from agentrl.play.rollout import make_row
+    from agentrl.play.services import start_services
     from agentrl.trainers.sft import save_hf_folder, train_sft
     from agentrl.trainers.trained_model import load_trained_model
 

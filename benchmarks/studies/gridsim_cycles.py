@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.envs.gridsim.battery import HOURS
-from agentrl.trainers.eval_results import read_results
+from agentrl.play.eval_results import read_results
 
 SHAPES = ("none", "part", "one", "more")  # hours sold: 0, 1..D-1, D, > D
 

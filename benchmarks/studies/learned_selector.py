@@ -68,9 +68,9 @@ def play_candidates(plan: Any, solver: str, days: int, samples: int, temperature
     """Each generated day's prompts and its `samples` candidates (answer, grade), played once and kept in `path`."""
     if not path.exists():
         from agentrl.agents.base import task_prompts
-        from agentrl.trainers.evaluate import outcome_of, play_tasks
-        from agentrl.trainers.rollout import make_row
-        from agentrl.trainers.services import start_services
+        from agentrl.play.evaluate import outcome_of, play_tasks
+        from agentrl.play.rollout import make_row
+        from agentrl.play.services import start_services
 
         started = time.monotonic()
         svc = start_services(plan, solver)
@@ -115,8 +115,8 @@ def main() -> None:
     from agentrl.envs.gridsim.battery import profit_units, score
     from agentrl.envs.gridsim.episode import parse_day
     from agentrl.envs.task import opening_turn
+    from agentrl.play.eval_results import majority_score
     from agentrl.trainers.demonstrations import encode_chat
-    from agentrl.trainers.eval_results import majority_score
     from agentrl.trainers.sft import save_hf_folder, train_sft
     from agentrl.trainers.trained_model import load_trained_model
 

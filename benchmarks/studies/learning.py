@@ -30,8 +30,8 @@ def plan_for(cfg, run_dir: Path):
 def eval_both(cfg, plan, model_path: str, limit: int | None, temperature: float, greedy_too: bool = True):
     """Sampled at `temperature` (eval/*) and, with `greedy_too`, greedy-decoded (eval_greedy/*); and the sampled
     per-task rewards."""
-    from agentrl.trainers.evaluate import evaluate
-    from agentrl.trainers.services import start_services
+    from agentrl.play.evaluate import evaluate
+    from agentrl.play.services import start_services
 
     svc = start_services(plan, model_path)
     greedy: dict[str, float] = {}

@@ -71,9 +71,9 @@ def play_eval(cfg: Any, plan: Any, model_path: str, limit: int, seed: str) -> li
     """Every eval task played once by the run's agent on `model_path` (training temperature, fixed seeds)."""
     import asyncio
 
-    from agentrl.trainers.evaluate import eval_indices
-    from agentrl.trainers.rollout import make_row
-    from agentrl.trainers.services import start_services
+    from agentrl.play.evaluate import eval_indices
+    from agentrl.play.rollout import make_row
+    from agentrl.play.services import start_services
 
     svc = start_services(plan, model_path, _role_policies(cfg))
     try:
@@ -91,7 +91,8 @@ def play_eval(cfg: Any, plan: Any, model_path: str, limit: int, seed: str) -> li
 
 
 def _role_policies(cfg: Any) -> list[Any]:
-    from agentrl.trainers.policies import load_learners, plan_policies
+    from agentrl.play.policies import plan_policies
+    from agentrl.trainers.policy_steps import load_learners
 
     policies = plan_policies(cfg.agent.get("roles"))
     for p in policies:
@@ -101,7 +102,7 @@ def _role_policies(cfg: Any) -> list[Any]:
 
 
 def outcome_rewards(groups: list[list[Any]]) -> list[float]:
-    from agentrl.trainers.evaluate import outcome_of
+    from agentrl.play.evaluate import outcome_of
 
     return [outcome_of(g).score for g in groups]
 
@@ -256,7 +257,7 @@ def digest(folder: str) -> str:
 
 
 def cmd_roles(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
-    from agentrl.trainers.policies import MAIN
+    from agentrl.play.policies import MAIN
     from agentrl.trainers.warm_start import warm_start_path
 
     cfg0, plan0 = setup(args, extra, "roles-warm")

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agentrl.play.eval_results import write_results  # noqa: E402
 from agentrl.testing.config import compose_config  # noqa: E402
-from agentrl.trainers.eval_results import write_results  # noqa: E402
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ start on the heuristic teacher and trains; every later seed starts from that sam
 each seed's final model with the trainer's own evaluator on the 200 seeded eval matches against the scripted random
 player (seats alternating), sampled at the recipe's temperature and greedy-decoded, every model with the same
 sampling seeds, and prints each model's wins minus losses per match ± se and the paired per-match difference
-(after - start). It also plays each final model against the frozen warm start (`trainers/checkpoint_match.py`: the
+(after - start). It also plays each final model against the frozen warm start (`play/checkpoint_match.py`: the
 eval split's 200 match seeds played as self-play, seats alternating; 0.5 is a tie). Extra Hydra overrides go
 after `--`.
 """
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     home = Path(args.home).absolute()
     home.mkdir(parents=True, exist_ok=True)
     os.environ["AGENTRL_HOME"] = str(home)
-    from agentrl.trainers.checkpoint_match import checkpoint_matches
+    from agentrl.play.checkpoint_match import checkpoint_matches
     from agentrl.trainers.warm_start import warm_start_path
 
     # Seed 0's own warm start (made here if missing; its run reuses it); the later seeds start from it.

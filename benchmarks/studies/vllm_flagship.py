@@ -54,8 +54,8 @@ def run_record(run_dir: Path) -> dict[str, Any]:
 def play_all(cfg: Any, model_path: str, temperature: float | None) -> list[float]:
     """Per-day scores of `model_path` on every eval day: sampled at `temperature`, or greedy when None."""
     from agentrl.plan import build_plan
-    from agentrl.trainers.evaluate import evaluate
-    from agentrl.trainers.services import start_services
+    from agentrl.play.evaluate import evaluate
+    from agentrl.play.services import start_services
 
     plan = build_plan(cfg, choices={}, run_dir=Path(model_path).parent / "study")
     svc = start_services(plan, model_path)

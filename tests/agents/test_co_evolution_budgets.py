@@ -13,10 +13,10 @@ from agentrl.agents.base import HttpSessionPool
 from agentrl.agents.co_evolution import CoEvolutionAgent, restated
 from agentrl.agents.record import Failure, Rollout
 from agentrl.group_filter import FAILED, group_drop_reason
+from agentrl.play.evaluate import outcome_of, role_metrics
 from agentrl.rewards import Asymmetric
 from agentrl.testing import Reply, ScriptedChat
 from agentrl.testing.plays import rewarded
-from agentrl.trainers.evaluate import outcome_of, role_metrics
 
 LABEL = "19"
 N = 3

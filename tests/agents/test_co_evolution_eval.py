@@ -17,12 +17,12 @@ import pytest
 from agentrl.agents.base import HttpSessionPool
 from agentrl.agents.co_evolution import ROLES, CoEvolutionAgent
 from agentrl.config.sampling import Sampling
+from agentrl.play.eval_subset import eval_indices
+from agentrl.play.evaluate import evaluate
+from agentrl.play.rollout import RolloutRunner, make_row
 from agentrl.rewards import Asymmetric
 from agentrl.testing import Reply, ScriptedChat, tool_call
 from agentrl.testing.plays import rewarded
-from agentrl.trainers.eval_subset import eval_indices
-from agentrl.trainers.evaluate import evaluate
-from agentrl.trainers.rollout import RolloutRunner, make_row
 
 REPO = Path(__file__).resolve().parents[2]
 N = 2

@@ -12,12 +12,12 @@ from omegaconf import OmegaConf
 
 from agentrl.agents.co_evolution import CoEvolutionAgent
 from agentrl.agents.tool_calling import ToolCallingAgent
+from agentrl.play.episode_traces import TraceAs, traced
+from agentrl.play.rollout import RolloutRunner, make_row
 from agentrl.rewards import Asymmetric, EnvScore
 from agentrl.testing import Reply, ScriptedChat, tool_call
 from agentrl.testing.mlflow_store import seed_store
 from agentrl.tracking.mlflow_tracker import MLflowTracker
-from agentrl.trainers.episode_traces import TraceAs, traced
-from agentrl.trainers.rollout import RolloutRunner, make_row
 
 
 def _tracker(tmp_path: Path, fraction: float = 1.0) -> MLflowTracker:

@@ -21,10 +21,10 @@ from agentrl.agents.base import HttpSessionPool
 from agentrl.agents.co_evolution import CoEvolutionAgent
 from agentrl.agents.demos import Demonstration, corrupt, near_miss, teacher_answer, with_answer
 from agentrl.agents.thinker_verifier import ACCEPT, REJECT, ThinkerVerifierAgent
+from agentrl.play.rollout import make_row
 from agentrl.rewards import EnvScore
 from agentrl.testing import Reply, ScriptedChat, tool_call
 from agentrl.testing.plays import rewarded
-from agentrl.trainers.rollout import make_row
 
 
 def prompt(demo: Demonstration) -> list[dict[str, Any]]:

@@ -19,11 +19,11 @@ from agentrl.envs.bundles import load_bundle
 from agentrl.envs.mix import shares
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.plan import PlanError, build_plan
+from agentrl.play.evaluate import reward_metrics
+from agentrl.play.rollout import make_row
 from agentrl.testing import Reply, ScriptedChat
 from agentrl.testing.config import compose_config
 from agentrl.trainers.demonstrations import demonstration_chats
-from agentrl.trainers.evaluate import reward_metrics
-from agentrl.trainers.rollout import make_row
 from agentrl.trainers.step_parts import RowStream, rollout_metrics
 
 RG = {"env": "reasoning_gym", "weight": 0.3, "datasets": {"chain_sum": {}}, "level": 0, "train_size": 40,

@@ -22,7 +22,7 @@ from agentrl.envs.bundles import load_bundle
 from agentrl.envs.openenv_remote.example import GuessEnv
 from agentrl.envs.openenv_remote.remote import RemoteEnvError, RemoteSession
 from agentrl.envs.server import serve_in_background
-from agentrl.trainers.rollout import make_row
+from agentrl.play.rollout import make_row
 
 ROWS = 1000
 SERVER_CAP = 64

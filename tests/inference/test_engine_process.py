@@ -98,7 +98,7 @@ def test_the_session_server_runs_in_the_child_and_goes_with_it(random_model):
     (an in-parent server would still answer, with a 503)."""
     import httpx
 
-    from agentrl.trainers.services import serve_sessions
+    from agentrl.play.services import serve_sessions
 
     eng = ProcessEngine(random_model, threads=1)
     try:

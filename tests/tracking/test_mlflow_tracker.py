@@ -12,6 +12,7 @@ from mlflow.entities import LoggedModelStatus
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+from agentrl.play.eval_results import table_rows
 from agentrl.run import closing_block
 from agentrl.testing.mlflow_store import seed_store
 from agentrl.tracking.mlflow_tracker import (
@@ -22,7 +23,6 @@ from agentrl.tracking.mlflow_tracker import (
     flatten_params,
 )
 from agentrl.tracking.tracker import DatasetRef
-from agentrl.trainers.eval_results import table_rows
 
 
 def _cfg():

@@ -1,4 +1,4 @@
-"""Matches against a fixed checkpoint (`trainers/checkpoint_match.py`) on the real TicTacToe env server: the model
+"""Matches against a fixed checkpoint (`play/checkpoint_match.py`) on the real TicTacToe env server: the model
 under test (the tiny model on the real engine) takes seat i % 2 of match i, the opponent the other seat, through
 its own route; here the opponent is an OpenAI-compatible endpoint that plays the heuristic, so who played which
 seat shows in what it was asked and in the outcomes."""
@@ -12,10 +12,10 @@ import pytest
 
 from agentrl.envs.textarena.tictactoe import heuristic_move
 from agentrl.plan import build_plan
+from agentrl.play.checkpoint_match import checkpoint_matches, match_metrics
 from agentrl.testing.config import compose_config
 from agentrl.testing.scripted_chat import ScriptedChat
 from agentrl.testing.tiny_models import shared_tiny_model
-from agentrl.trainers.checkpoint_match import checkpoint_matches, match_metrics
 
 SMALL = dict(vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
              max_position_embeddings=512)

@@ -27,10 +27,10 @@ from agentrl.group_filter import group_drop_reason
 from agentrl.inference.engine import EmbeddedEngine
 from agentrl.inference.server import start_session_server
 from agentrl.models.tiny import ensure_tiny_model
+from agentrl.play.evaluate import outcome_of
+from agentrl.play.rollout import RolloutRunner, make_row
 from agentrl.rewards import Asymmetric
-from agentrl.trainers.evaluate import outcome_of
 from agentrl.trainers.learner import Learner, items_from
-from agentrl.trainers.rollout import RolloutRunner, make_row
 
 STEPS, ROWS, PLAYS, N = 24, 2, 4, 2
 MAX_LETTERS = 6

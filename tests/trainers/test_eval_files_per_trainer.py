@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from agentrl.play.eval_results import read_results, task_score
 from agentrl.testing.cli import CliRun, run_agentrl
-from agentrl.trainers.eval_results import read_results, task_score
 
 TINY = ["agent.max_response_tokens=24", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
         "model.num_kv_heads=1", "model.intermediate_size=64", "model.vocab_size=1024", "trainer.eval_limit=2"]

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.trainers.eval_subset import eval_subset, quotas, spread
-from agentrl.trainers.evaluate import eval_indices
+from agentrl.play.eval_subset import eval_subset, quotas, spread
+from agentrl.play.evaluate import eval_indices
 
 
 def _durations(bundle: object, indices: list[int]) -> Counter[int]:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.trainers.evaluate import eval_line, reward_metrics
+from agentrl.play.evaluate import eval_line, reward_metrics
 
 
 def _played(score: float, **task: object) -> SimpleNamespace:
@@ -39,7 +39,7 @@ def test_eval_line_reads_step_reward_error_zero_share_and_seconds() -> None:
 
 def test_the_grade_is_the_envs_whatever_the_reward_group_made_of_it() -> None:
     from agentrl.agents.record import Failure, Rollout
-    from agentrl.trainers.evaluate import play_metrics
+    from agentrl.play.evaluate import play_metrics
     from agentrl.trainers.step_parts import rollout_metrics
 
     # reward=rubric: the score is the rubric's total (0.9), the env graded 0.5

@@ -11,9 +11,10 @@ import torch
 from omegaconf import OmegaConf
 
 from agentrl.config.model import ModelConfig
+from agentrl.play.policies import Policy
 from agentrl.trainers.learner import TrainItem
 from agentrl.trainers.lr_schedules import lr_factor
-from agentrl.trainers.policies import Policy, load_learners, step_policies
+from agentrl.trainers.policy_steps import load_learners, step_policies
 from agentrl.trainers.trained_model import checkpointing
 
 

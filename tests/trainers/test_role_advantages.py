@@ -144,8 +144,8 @@ def test_rae_baselines_survive_a_checkpoint_and_resume(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agentrl.models.tiny import ensure_tiny_model
+    from agentrl.play.policies import MAIN, Policy
     from agentrl.trainers.grpo import GRPOTrainer
-    from agentrl.trainers.policies import MAIN, Policy
 
     path = ensure_tiny_model(str(tmp_path / "tiny"), vocab_size=512, hidden_size=32, num_layers=1, num_heads=2,
                              num_kv_heads=1, intermediate_size=64)

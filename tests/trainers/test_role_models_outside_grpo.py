@@ -24,7 +24,7 @@ def _plan(tmp_path: Path, *overrides: str):
 
 
 def test_services_started_without_policies_route_a_role_to_its_own_model(tmp_path: Path) -> None:
-    from agentrl.trainers.services import start_services
+    from agentrl.play.services import start_services
 
     main = shared_tiny_model(seed=0, **SMALL)
     verifier = shared_tiny_model(seed=1, **SMALL)

@@ -27,11 +27,11 @@ from agentrl.agents.record import Rollout
 from agentrl.config.sampling import Sampling
 from agentrl.config.schema import RunConfig
 from agentrl.interrupts import swallowed_point
+from agentrl.play.episode_traces import TraceAs
+from agentrl.play.eval_results import majority_metrics, pass_metrics, task_records
+from agentrl.play.eval_subset import eval_indices, eval_subset  # noqa: F401 - eval_indices: its old home
+from agentrl.play.rollout import make_row
 from agentrl.rewards import rubric_metrics
-from agentrl.trainers.episode_traces import TraceAs
-from agentrl.trainers.eval_results import majority_metrics, pass_metrics, task_records
-from agentrl.trainers.eval_subset import eval_indices, eval_subset  # noqa: F401 - eval_indices: its old home
-from agentrl.trainers.rollout import make_row
 
 
 def outcome_of(group: Sequence[Rollout]) -> Rollout:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.config.trainer import DependencyWatchConfig
-from agentrl.trainers.dependency import ENGINE_FAILURES, ENV_FAILURES, Breaker, Dependency
-from agentrl.trainers.failure_notes import FailureNotes
-from agentrl.trainers.policies import MAIN, Policy, plan_policies, routing, untrained_roles
-from agentrl.trainers.rollout import RolloutRunner
+from agentrl.play.dependency import ENGINE_FAILURES, ENV_FAILURES, Breaker, Dependency
+from agentrl.play.failure_notes import FailureNotes
+from agentrl.play.policies import MAIN, Policy, plan_policies, routing, untrained_roles
+from agentrl.play.rollout import RolloutRunner
 
 log = logging.getLogger(__name__)
 

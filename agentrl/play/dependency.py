@@ -31,7 +31,7 @@ import httpx
 
 from agentrl.agents.record import MODEL_FAILURES, Failure, Rollout
 from agentrl.http import async_client
-from agentrl.trainers.failure_notes import FailureNotes
+from agentrl.play.failure_notes import FailureNotes
 
 log = logging.getLogger(__name__)
 

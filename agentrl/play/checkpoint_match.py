@@ -15,8 +15,8 @@ import math
 from typing import Any
 
 from agentrl.config.sampling import Sampling
-from agentrl.trainers.policies import plan_policies
-from agentrl.trainers.rollout import make_row
+from agentrl.play.policies import plan_policies
+from agentrl.play.rollout import make_row
 
 PREFIX = "checkpoint"  # checkpoint/reward, checkpoint/reward_seat<k>, checkpoint/wins_minus_losses, ...
 
@@ -57,7 +57,7 @@ def checkpoint_matches(plan: Any, model_path: str, opponent_path: str, *, sampli
     seats alternating by match index: (`match_metrics`, the tested model's score per match index).
 
     Raises ValueError (`checkpoint_problem`) when the plan's eval split is not self-play."""
-    from agentrl.trainers.services import start_services  # torch loads only when matches are played
+    from agentrl.play.services import start_services  # torch loads only when matches are played
 
     settings = plan.settings
     problem = checkpoint_problem(settings)
