@@ -52,6 +52,7 @@ class EngineStats:
     tokens_generated: int = 0
     prefill_passes: int = 0  # forward passes over new prompts (one per admitted group)
     prefill_rows: int = 0  # distinct prompts those passes ran (a prompt sent n times at once runs once)
+    shared_prefix_tokens: int = 0  # prompt tokens not run because prompts prefilled together opened alike
     decode_steps: int = 0  # forward passes that decode one token for every running sequence
     busy_periods: int = 0  # times the engine went from idle to busy
     max_batch_size: int = 0  # most sequences decoded in one pass

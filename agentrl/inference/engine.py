@@ -7,7 +7,10 @@ running sequence, using a shared left-padded KV cache. Requests that arrive whil
 between two decode steps (their prompts are prefilled together in one pass and their caches are
 left-padded to the batch's length), so a session whose turn finishes early starts its next turn
 without waiting for the slowest sequence. Finished sequences leave the batch at once; columns that
-only hold padding for every remaining row are trimmed.
+only hold padding for every remaining row are trimmed. Prompts prefilled together that open alike (a
+system prompt and tool schema) run their shared prefix once, and a prompt sent n times at once runs
+once. The cache is preallocated and written in place (`agentrl.inference.kv_cache`): a decode step
+copies no K/V; rows joining or leaving do.
 
 Log-probabilities. `Completion.logprobs[i]` is the untruncated `log_softmax(logits / T)[token_i]` of
 the pass that sampled the token (T = 1 when greedy); see `agentrl.inference.completion`.
@@ -41,6 +44,7 @@ from typing import Any
 import torch
 
 from agentrl.config.inference import EmbeddedInferenceConfig as Embedded  # the defaults' one home
+from agentrl.inference import kv_cache
 from agentrl.inference.adapter import load_served_model
 from agentrl.inference.batch import DecodeBatch, prefill_inputs, sample_tokens
 from agentrl.inference.completion import (
@@ -60,6 +64,18 @@ log = logging.getLogger(__name__)
 
 PUSH_MODES = ("wait", "keep")  # update_weights: finish the running batch first | apply between decode steps
 _WAKE = object()  # queue sentinel: wakes an idle worker (a weight update or close is pending)
+MIN_SHARED_PREFIX = 16  # prompts prefilled together that open with this many tokens alike run them once
+
+
+def shared_prefix(prompts: list[tuple[int, ...]]) -> int:
+    """How many leading tokens every prompt shares, leaving each at least one token of its own."""
+    low, high = min(prompts), max(prompts)  # the lexicographic extremes share what every prompt shares
+    n = 0
+    for a, b in zip(low, high, strict=False):
+        if a != b:
+            break
+        n += 1
+    return min(n, min(len(p) for p in prompts) - 1)
 
 
 class EmbeddedEngine:
@@ -385,25 +401,49 @@ class EmbeddedEngine:
         reqs = [r for r in reqs if not (r.cancelled or r.future.cancelled())]
         if not reqs:
             return
-        from transformers import DynamicCache
-
         # A GRPO group sends one prompt n times at once: run each distinct prompt once, then give every
         # request its own copy of that row's cache (n x fewer prefill tokens; decoding is per row as before).
         distinct: dict[tuple[int, ...], int] = {}
         rows = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in reqs]
-        ids, mask, pos = prefill_inputs(list(distinct), self.pad_id, self.device)
-        logits, cache = self._forward(ids, mask, pos, DynamicCache(config=self.model.config))
+        logits, kv, mask = self._prefill_distinct(list(distinct))
+        index = None
         if len(distinct) < len(reqs):
             index = torch.tensor(rows, device=self.device)
             logits, mask = logits[index], mask[index]
-            for layer in cache.layers:
-                layer.keys, layer.values = layer.keys[index], layer.values[index]
         self.stats.prefill_passes += 1
         self.stats.prefill_rows += len(distinct)
         tokens = self._sample(logits, reqs)
         next_pos = torch.tensor([len(r.prompt_ids) for r in reqs], device=self.device)
-        self._batch.merge(reqs, cache, mask, next_pos, tokens)
+        self._batch.merge(reqs, kv, index, mask, next_pos, tokens)
         self._retire()
+
+    def _prefill_distinct(self, prompts: list[tuple[int, ...]]) -> tuple[torch.Tensor, list, torch.Tensor]:
+        """Prefill `prompts`: (last logits [P, V], per-layer (keys, values) [P, H, W, D], attention mask [P, W]).
+
+        Prompts that open alike (a system prompt and tool schema shared by every chat) run that shared prefix
+        once, as one row; its K/V is then given to every row and only the rest of each prompt is run, left-padded
+        after the prefix (the padding sits between prefix and suffix, masked out, with positions that carry on
+        from the prefix), as a prefix cache would.
+        """
+        from transformers import DynamicCache
+
+        shared = shared_prefix(prompts) if len(prompts) > 1 else 0
+        cache = DynamicCache(config=self.model.config)
+        if shared < MIN_SHARED_PREFIX:
+            ids, mask, pos = prefill_inputs(prompts, self.pad_id, self.device)
+            logits, cache = self._forward(ids, mask, pos, cache)
+            return logits, kv_cache.layers_of(cache), mask
+        head = torch.tensor([prompts[0][:shared]], device=self.device)
+        ones = torch.ones_like(head)
+        _, cache = self._forward(head, ones, torch.arange(shared, device=self.device)[None, :], cache)
+        for layer in cache.layers:  # one row's prefix, seen by every row (copied once by the next pass's update)
+            layer.keys = layer.keys.expand(len(prompts), -1, -1, -1)
+            layer.values = layer.values.expand(len(prompts), -1, -1, -1)
+        ids, tail_mask, pos = prefill_inputs([p[shared:] for p in prompts], self.pad_id, self.device)
+        mask = torch.cat([ones.expand(len(prompts), -1), tail_mask], dim=1)
+        logits, cache = self._forward(ids, mask, pos + shared, cache)
+        self.stats.shared_prefix_tokens += shared * (len(prompts) - 1)
+        return logits, kv_cache.layers_of(cache), mask
 
     def _decode_step(self) -> None:
         b = self._batch

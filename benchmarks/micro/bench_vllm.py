@@ -185,8 +185,9 @@ class Server:
         self.log.close()
 
 
-def start_embedded(model: str, port: int, log_dir: Path) -> Server:
-    cmd = [sys.executable, str(REPO / "benchmarks" / "micro" / "embedded_forward_log.py"), model, str(port)]
+def start_embedded(model: str, port: int, log_dir: Path, threads: int = 0) -> Server:
+    cmd = [sys.executable, str(REPO / "benchmarks" / "micro" / "embedded_forward_log.py"), model, str(port),
+           str(threads)]
     return Server("embedded session server", cmd, f"http://127.0.0.1:{port}", "/health", log_dir / f"embedded-{port}.log")
 
 
@@ -282,9 +283,10 @@ def forward_summary(rows: list[list[Any]], wall: float) -> dict[str, float]:
 def bench_model(name: str, folder: str, args: argparse.Namespace, log_dir: Path, port: int) -> list[dict[str, Any]]:
     work = Workload(name, args.max_tokens)
     print(f"\n== {name}: {folder} ({parameter_count(folder) / 1e6:.1f}M parameters), {work.max_tokens} tokens per "
-          f"chat at T={work.temperature}, load {os.getloadavg()[0]:.1f}", flush=True)
+          f"chat at T={work.temperature}, load {os.getloadavg()[0]:.1f}, embedded threads "
+          f"{args.embedded_threads or 'default'}", flush=True)
     t0 = time.monotonic()
-    embedded = start_embedded(folder, port, log_dir)
+    embedded = start_embedded(folder, port, log_dir, args.embedded_threads)
     vllm = start_vllm(args.vllm_python, folder, port + 1, log_dir, max(64, *map(session_count, args.sessions)))
     hf = HFGenerate(folder) if args.hf else None
     try:
@@ -352,6 +354,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=None,
                     help="tokens per reply (default: 96 for tiny and wide, the calc recipe's 64 for smollm2)")
     ap.add_argument("--hf", action="store_true", help="also one round of HF generate per sessions entry")
+    ap.add_argument("--embedded-threads", type=int, default=0,
+                    help="the embedded engine's torch threads (0: torch's default, every core; vLLM's CPU build "
+                         "computes on 1 and keeps the other core for its API process)")
     ap.add_argument("--port", type=int, default=27100, help="embedded on PORT, vLLM on PORT+1 (+10 per model)")
     ap.add_argument("--launch-timeout", type=float, default=600.0)
     ap.add_argument("--work-dir", default=None, help="where the wide model is made (default: a temporary folder)")

@@ -1,6 +1,6 @@
 """The session server over the embedded engine, in a process of its own, logging every forward pass.
 
-    python benchmarks/micro/embedded_forward_log.py MODEL_FOLDER PORT
+    python benchmarks/micro/embedded_forward_log.py MODEL_FOLDER PORT [THREADS]
 
 bench_vllm.py starts it beside a vLLM server so both engines answer the same OpenAI chats over a socket, each in
 its own process. Besides the session API it serves `GET /bench/forwards`: the forward passes since the last call
@@ -49,6 +49,10 @@ class ForwardLog:
 
 def main() -> None:
     model, port = sys.argv[1], int(sys.argv[2])
+    if len(sys.argv) > 3 and int(sys.argv[3]) > 0:  # torch threads (default: torch's own, the cores)
+        import torch
+
+        torch.set_num_threads(int(sys.argv[3]))
     engine = EmbeddedEngine(model, max_batch_sequences=64)
     log = ForwardLog(engine)
     server = SessionServer(engine, port=port, default_max_tokens=96)

@@ -1,0 +1,120 @@
+"""Where the embedded engine's time goes: one prefill and the decode steps of 32 rows on SmolLM2-135M.
+
+    flock /tmp/agentrl-heavy.lock .venv/bin/python benchmarks/micro/bench_engine_profile.py \
+        [--shape 4x8] [--steps 16] [--dtype auto] [--profile]
+
+Drives the engine's own `_prefill` / `_decode_step` from this thread (its worker thread stays idle, blocked on
+its queue), on the calc_smollm2 recipe's first turn (~280 prompt tokens, the first 258 shared by every chat), as
+a GRPO step sends it (`4x8`: 4 chats, 8 rows each) or N different chats. Prints the prefill's seconds, the
+decode step's median milliseconds and its split into the model's forward, sampling and the rest; `--profile`
+adds torch.profiler's op table over a few decode steps (self CPU time), which names what the forward spends
+its time on (matmuls, attention, the cache's copies, the mask).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from agentrl.inference.completion import Request  # noqa: E402
+from agentrl.inference.engine import EmbeddedEngine  # noqa: E402
+
+
+def calc_prompts(tokenizer, shape: str) -> list[list[int]]:
+    from benchmarks.micro.bench_vllm import Workload, calc_tools  # noqa: F401  the bench's own chats
+
+    work = Workload("smollm2", None)
+    return [tokenizer.apply_chat_template(m, tools=work.tools, add_generation_prompt=True, tokenize=True,
+                                          return_dict=False)
+            for m in work.chats(shape)]
+
+
+def requests(prompts: list[list[int]], max_tokens: int) -> list[Request]:
+    return [Request(prompt_ids=list(p), max_tokens=max_tokens, temperature=1.0, top_p=1.0, top_k=0,
+                    stop_ids=frozenset(), generator=None, future=concurrent.futures.Future()) for p in prompts]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="a model folder (default: the converted SmolLM2)")
+    ap.add_argument("--shape", default="4x8")
+    ap.add_argument("--steps", type=int, default=16, help="decode steps timed")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--profile", action="store_true", help="torch.profiler's op table over 4 decode steps")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.model is None:
+        from agentrl.testing.real_model import smollm2_folder
+
+        args.model = str(smollm2_folder())
+    engine = EmbeddedEngine(args.model, dtype=args.dtype, max_batch_sequences=64)
+    prompts = calc_prompts(engine.tokenizer, args.shape)
+    print(f"{len(prompts)} rows, prompts {min(map(len, prompts))}-{max(map(len, prompts))} tokens, "
+          f"{len({tuple(p) for p in prompts})} distinct; dtype {engine.dtype}; {torch.get_num_threads()} threads",
+          flush=True)
+    forward = engine._forward
+    spent = {"forward": 0.0}
+
+    def timed(*a):
+        t0 = time.perf_counter()
+        out = forward(*a)
+        spent["forward"] += time.perf_counter() - t0
+        return out
+
+    engine._forward = timed  # type: ignore[method-assign]
+    sample = engine._sample
+    spent["sample"] = 0.0
+
+    def timed_sample(*a):
+        t0 = time.perf_counter()
+        out = sample(*a)
+        spent["sample"] += time.perf_counter() - t0
+        return out
+
+    engine._sample = timed_sample  # type: ignore[method-assign]
+    steps = args.steps + (4 if args.profile else 0)
+    with torch.inference_mode():
+        engine._prefill(requests(prompts[:2], 2))  # warm-up
+        while engine._batch:
+            engine._decode_step()
+        t0 = time.perf_counter()
+        engine._prefill(requests(prompts, steps + 2))
+        print(f"prefill: {time.perf_counter() - t0:.2f} s ({engine.stats.prefill_rows - 1} distinct rows of "
+              f"{len(prompts)})", flush=True)
+        walls, fwd, smp = [], [], []
+        for _ in range(args.steps):
+            spent["forward"] = spent["sample"] = 0.0
+            t0 = time.perf_counter()
+            engine._decode_step()
+            walls.append(time.perf_counter() - t0)
+            fwd.append(spent["forward"])
+            smp.append(spent["sample"])
+        width = engine._batch.cache.layers[0].keys.shape[2]
+        w, f, s = (1000 * statistics.median(x) for x in (walls, fwd, smp))
+        print(f"decode step ({len(engine._batch)} rows, cache width ~{width}): {w:.1f} ms median "
+              f"(forward {f:.1f}, sampling {s:.1f}, the rest {w - f - s:.1f}); min {1000 * min(walls):.1f}",
+              flush=True)
+        if args.profile:
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(4):
+                    engine._decode_step()
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25), flush=True)
+        engine._batch.clear()
+    engine.close(timeout=5)
+
+
+if __name__ == "__main__":
+    main()
