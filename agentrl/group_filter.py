@@ -2,7 +2,7 @@
 
 A group is dropped when it holds a flagged rollout (`FAILED`) or when all its rewards are equal (`NO_SIGNAL`:
 zero advantage, nothing to learn). The built-in GRPO step and the TRL backend apply `group_drop_reason`; Miles'
-hooks (`trainers/miles_hooks.py`) apply `drop_reason` to its samples. Eval drops nothing.
+hooks (`trainers/miles/hooks.py`) apply `drop_reason` to its samples. Eval drops nothing.
 """
 
 from __future__ import annotations

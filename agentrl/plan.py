@@ -22,7 +22,7 @@ from agentrl.tracking.tracker import Tracker
 
 if TYPE_CHECKING:
     from agentrl.config.logger import MLflowLoggerConfig
-    from agentrl.trainers.protocol import Trainer
+    from agentrl.trainers.common.protocol import Trainer
 
 # Every _target_ a config may name lives here; Hydra 1.4 will want exactly this whitelist.
 TARGET_PREFIX = "agentrl."
@@ -132,7 +132,7 @@ class Plan:
     # instead of the raw DictConfig and its casts.
     settings: RunConfig
     notes: list[str] = field(default_factory=list)
-    resume: Any = None  # trainers.resume.ResumeTarget: the checkpoint trainer.resume names, checked (None: fresh)
+    resume: Any = None  # trainers.common.resume.ResumeTarget: the checkpoint trainer.resume names, checked (None: fresh)
     model: ModelSource | None = None  # the base model (`model` group)
     engine_factory: EngineFactory | None = None  # model folder -> inference engine (`inference` group)
     tracker: Tracker | None = None  # the run's tracking (`logger` group); None for a plan built to check only
@@ -225,7 +225,7 @@ def check_model(cfg: DictConfig) -> list[str]:
     except TemplateError as exc:
         raise PlanError(f"model.path={path}: {exc} (docs/models.md, \"The chat template\")") from exc
     if lora is not None and lora.enabled:
-        from agentrl.trainers.lora import plan_note  # torch loads only once a plan is built
+        from agentrl.trainers.common.lora import plan_note  # torch loads only once a plan is built
 
         try:
             notes.append(plan_note(path, OmegaConf.to_object(lora)))
@@ -249,11 +249,11 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     # Trainers are constructed by run.py with the whole plan, so only their class is resolved here; the model
     # and the engine are made by the trainer, but a key their factories do not take fails now.
     trainer_cls = import_target(cfg.trainer, "trainer")
-    from agentrl.trainers.protocol import missing_members  # torch loads only once a plan is built
+    from agentrl.trainers.common.protocol import missing_members  # torch loads only once a plan is built
 
     if missing := missing_members(trainer_cls):
         raise PlanError(f"trainer._target_={cfg.trainer._target_} is not a trainer: it lacks {', '.join(missing)} "
-                        "(agentrl.trainers.protocol.Trainer; inherit TrainerBase for the defaults)")
+                        "(agentrl.trainers.common.protocol.Trainer; inherit TrainerBase for the defaults)")
     # A backend's own refusals (e.g. a setting TRL lacks) fail here too, before anything starts.
     if problem := trainer_cls.plan_problem(settings):
         raise PlanError(problem)
@@ -289,7 +289,7 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
         if split not in bundle.splits():
             raise PlanError(f"env: bundle {bundle.name} has no split {split!r}; it has {sorted(bundle.splits())}")
     # A teacher the bundle does not offer fails here, before any model is made or trained.
-    from agentrl.trainers.warm_start import teacher_problem
+    from agentrl.trainers.sft.warm_start import teacher_problem
 
     if problem := teacher_problem(settings.trainer, bundle):
         raise PlanError(problem)
@@ -338,7 +338,7 @@ def resolve_warm_start(cfg: DictConfig) -> None:
 
 def plan_resume(settings: RunConfig, choices: dict[str, str | None], trainer_cls: type[Trainer]) -> Any:
     """What `trainer.resume` resumes, checked against the checkpoint's config (None: a fresh start)."""
-    from agentrl.trainers.resume import ResumeError, resolve_resume, resume_mode
+    from agentrl.trainers.common.resume import ResumeError, resolve_resume, resume_mode
 
     asked = resume_mode(settings.trainer.resume)
     if asked is None:

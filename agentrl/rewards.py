@@ -8,7 +8,7 @@
 
 `apply_rewards` runs both; `reward_play` first lets the group make the calls it needs (an LLM judge's: `reward=rubric`,
 `agentrl.rubrics`). Agents only report scores and roles. Which groups a step keeps is
-`agentrl.group_filter`. Nothing here knows Miles: its hooks live in `agentrl.trainers.miles_hooks`.
+`agentrl.group_filter`. Nothing here knows Miles: its hooks live in `agentrl.trainers.miles.hooks`.
 """
 
 from __future__ import annotations

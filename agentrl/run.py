@@ -21,7 +21,7 @@ from agentrl.play.dependency import DependencyLost
 from agentrl.play.eval_results import latest_results, results_mean
 from agentrl.play.eval_subset import eval_subset
 from agentrl.tracking.tracker import DatasetRef, Tracker, continue_line
-from agentrl.trainers.protocol import Trainer
+from agentrl.trainers.common.protocol import Trainer
 
 log = logging.getLogger("agentrl")
 
@@ -147,7 +147,7 @@ def stopped_line(plan: Plan, run_id: str | None, overrides: list[str]) -> str | 
     during the warm start, or before the first `trainer.checkpoint_every`) or its trainer cannot resume."""
     if not run_id:
         return None
-    from agentrl.trainers.warm_start import stopped_sft_step
+    from agentrl.trainers.sft.warm_start import stopped_sft_step
 
     try:
         sft_step = stopped_sft_step(plan)
@@ -157,7 +157,7 @@ def stopped_line(plan: Plan, run_id: str | None, overrides: list[str]) -> str | 
     kind = plan.trainer_cls.checkpoint_kind
     if kind is None:
         return continue_line(overrides, run_id, resumable=False, why=sft)
-    from agentrl.trainers.resume import checkpoint_step, run_checkpoint
+    from agentrl.trainers.common.resume import checkpoint_step, run_checkpoint
 
     folder = run_checkpoint(plan.settings, run_id, kind)
     if folder is None:

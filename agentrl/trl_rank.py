@@ -1,7 +1,7 @@
-"""One rank of a multi-process `trainer=trl` run: the process `accelerate launch` starts (trl_args.WORKER_MODULE).
+"""One rank of a multi-process `trainer=trl` run: the process `accelerate launch` starts (trainers/trl/args.py: WORKER_MODULE).
 
 It rebuilds the run's plan from the spec the parent wrote, with the same `build_plan` (and so the same checks)
-as `run.py`, then trains its rank with `trainers.trl_worker.train`. It sits beside `__main__`, above the plan:
+as `run.py`, then trains its rank with `trainers.trl.worker.train`. It sits beside `__main__`, above the plan:
 a process entry composes; the trainers below it never build a plan.
 """
 
@@ -18,7 +18,7 @@ from agentrl.console import quiet_console
 from agentrl.plan import Plan, PlanError, build_plan
 from agentrl.play.dependency import DependencyLost
 from agentrl.tracking.trace_file import TraceFile
-from agentrl.trainers.trl_worker import LOST_FILE, TRACES_PREFIX, train
+from agentrl.trainers.trl.worker import LOST_FILE, TRACES_PREFIX, train
 
 
 def rank_plan(spec: dict) -> Plan:

@@ -56,7 +56,7 @@ print("device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else 
 missing = []
 for name in ("hydra", "omegaconf", "fastapi", "uvicorn", "websockets", "httpx", "mlflow", "docker", "pydantic",
              "sqlalchemy", "alembic", "matplotlib", "tqdm", "agentrl.__main__", "agentrl.run",
-             "agentrl.trainers.grpo", "agentrl.trainers.learner", "agentrl.inference.engine"):
+             "agentrl.trainers.grpo.trainer", "agentrl.trainers.grpo.learner", "agentrl.inference.engine"):
     try:
         importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 - any failure to import is a reason to stop before the GPU work
@@ -135,7 +135,7 @@ from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
 from agentrl.inference.engine import EmbeddedEngine
 from agentrl.models.tiny import ensure_tiny_model
-from agentrl.trainers.learner import Learner, TrainItem
+from agentrl.trainers.grpo.learner import Learner, TrainItem
 
 device, work, small = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 cuda = device.startswith("cuda")
@@ -247,9 +247,9 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from agentrl.config.model import LoraConfig, ModelConfig
-from agentrl.trainers.learner import Learner, TrainItem
-from agentrl.trainers.lora import parameter_counts, wrap
-from agentrl.trainers.trained_model import prepare_for_training
+from agentrl.trainers.grpo.learner import Learner, TrainItem
+from agentrl.trainers.common.lora import parameter_counts, wrap
+from agentrl.trainers.common.trained_model import prepare_for_training
 
 device, small = sys.argv[1], sys.argv[2] == "1"
 cuda = device.startswith("cuda")

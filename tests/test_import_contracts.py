@@ -5,15 +5,12 @@ whole or not at all; every bundle is in the bundles-are-plugins and sibling-inde
 
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
 
 from agentrl.envs.bundles import GENERATED
 
 REPO = Path(__file__).resolve().parents[1]
-# Named for GRPO but shared: the loss math the learner runs for every trainer and for `agentrl eval`'s policies.
-SHARED = {"agentrl.trainers.grpo_math"}
 
 
 def contracts() -> dict[str, dict]:
@@ -22,9 +19,11 @@ def contracts() -> dict[str, dict]:
 
 
 def backend_files() -> set[str]:
-    found = {f"agentrl.trainers.{p.stem}" for p in (REPO / "agentrl" / "trainers").glob("*.py")
-             if re.match(r"(grpo|trl|miles|sft)(_|$)", p.stem)}
-    return (found - SHARED) | {"agentrl.trainers.warm_start", "agentrl.trl_rank"}
+    trainers = REPO / "agentrl" / "trainers"
+    found = {f"agentrl.trainers.{p.parent.name}.{p.stem}" for backend in ("trl", "miles")
+             for p in (trainers / backend).glob("*.py") if p.stem != "__init__"}
+    return found | {"agentrl.trainers.grpo.trainer", "agentrl.trainers.sft.trainer", "agentrl.trainers.sft.state",
+                    "agentrl.trainers.sft.warm_start", "agentrl.trl_rank"}
 
 
 def bundles() -> set[str]:

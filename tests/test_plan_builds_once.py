@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1] / "agentrl"
 STANDALONE_SERVERS = {"envs/serve.py", "inference/serve.py"}
 # Hooks Miles calls inside its Ray workers, which hold no plan: they rebuild the one group they need from the config
 # the launch carried (reward=rubric's rm hook, from $AGENTRL_REWARD).
-RAY_WORKER_HOOKS = {"trainers/miles_rubric.py"}
+RAY_WORKER_HOOKS = {"trainers/miles/rubric.py"}
 # Where the composed config is still a DictConfig: the Hydra jobs that build the plan (run, eval, the CLI), the
 # config package itself, the plan, a TRL rank rebuilding its checked plan from the portable spec, and the tracker,
 # which records the composed config as the run's params. Every other module takes everything from the plan (its

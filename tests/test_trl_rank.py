@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from agentrl.config.portable import PortableConfigError, from_portable, to_portable
 from agentrl.plan import typed_settings
 from agentrl.testing.config import compose_config
-from agentrl.trainers.trl_args import WORKER_MODULE
+from agentrl.trainers.trl.args import WORKER_MODULE
 
 REPO = Path(__file__).resolve().parents[1]
 CHOICES = {"recipe": "gridsim_grpo", "trainer": "trl"}

@@ -28,7 +28,7 @@ class AgentConfig:
     max_response_tokens: int | None = 512  # per model turn (null: the endpoint's default)
     model_timeout: float = 600.0  # seconds for one model reply
     # Healthy ranges of the run's metrics, metric -> [low, high] (e.g. multi_agent/avg_turns: [1, 2]); the GRPO
-    # run's end prints one line flagging any outside (agentrl/trainers/health.py). {}: nothing checked.
+    # run's end prints one line flagging any outside (agentrl/trainers/grpo/health.py). {}: nothing checked.
     health: dict[str, list[Any]] = field(default_factory=dict)  # numbers; checked below (ints allowed)
 
     def __post_init__(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-STALE_POLICIES = ("wait", "pace", "drop")  # trainer.stale_policy (agentrl/trainers/play_ahead.py)
+STALE_POLICIES = ("wait", "pace", "drop")  # trainer.stale_policy (agentrl/trainers/grpo/play_ahead.py)
 
 
 def check_retired_overlap(c: Any) -> None:

@@ -18,7 +18,7 @@ from agentrl.config.numbers import (
 from agentrl.config.sampling import Sampling
 from agentrl.config.staleness import check_retired_overlap, check_staleness
 
-# The GRPO family's choices (docs/training.md "Algorithms"; the math is agentrl/trainers/grpo_math.py).
+# The GRPO family's choices (docs/training.md "Algorithms"; the math is agentrl/trainers/grpo/grpo_math.py).
 LOSSES = ("grpo", "dr_grpo", "dapo", "gspo")
 ADVANTAGES = ("group_norm", "group_mean", "rloo", "per_role", "rae", "hierarchical")  # the last three: role_advantages.py
 KL_ESTIMATORS = ("k1", "k3")
@@ -207,7 +207,7 @@ class DependencyWatchConfig:
             raise ValueError(f"trainer.warn_failure_share must be in (0, 1], got {self.warn_failure_share}")
 
 
-LR_SCHEDULES = ("constant", "linear", "cosine")  # agentrl/trainers/lr_schedules.py; TRL: trl_args.py
+LR_SCHEDULES = ("constant", "linear", "cosine")  # agentrl/trainers/grpo/lr_schedules.py; TRL: trainers/trl/args.py
 
 
 def check_lr_schedule(schedule: str, warmup_steps: int, key: str = "trainer") -> None:
@@ -381,11 +381,11 @@ class MilesTrainerConfig(TrainerConfig):
     # turns of multi-turn tasks and of the thinker/verifier pattern.
     append_roles: list[str] = field(default_factory=lambda: ["tool", "user"])
     chat_template_path: str | None = None  # null: the family's fixed template from miles-tito-tokenizers
-    reward_hook: str = "agentrl.trainers.miles_hooks.reward_func"  # --custom-rm-path
-    group_filter: str = "agentrl.trainers.miles_hooks.filter_scored_groups"  # --dynamic-sampling-filter-path
+    reward_hook: str = "agentrl.trainers.miles.hooks.reward_func"  # --custom-rm-path
+    group_filter: str = "agentrl.trainers.miles.hooks.filter_scored_groups"  # --dynamic-sampling-filter-path
     drop_no_signal: bool = True  # the group filter drops groups whose rewards are all equal, as GRPO does
     max_drops_in_a_row: int = 1000  # the group filter stops the run after more dropped groups in a row
-    # The agent Miles plays (behind agentrl.trainers.miles_hooks.agent_function, which keeps its result).
+    # The agent Miles plays (behind agentrl.trainers.miles.hooks.agent_function, which keeps its result).
     agent_function: str = "agentrl.agents.tool_calling.run"
     save_dir: str | None = None  # null: under the run's output folder
     extra_args: list[str] = field(default_factory=list)  # passed to Miles verbatim, last
@@ -434,7 +434,7 @@ class TRLTrainerConfig(WarmStartSettings, ModelFailuresConfig, LRScheduleConfig,
     weight_decay: float = 0.0
     # The built-in GRPO redraws rows for dropped groups; TRL's sampler cannot, so only 0 is accepted.
     max_extra_rows: int = 0
-    max_staleness: int = 0  # 0 only: TRL's GRPOTrainer generates, then trains (trl_args.py says why, and what not)
+    max_staleness: int = 0  # 0 only: TRL's GRPOTrainer generates, then trains (trainers/trl/args.py says why, and what not)
     off_policy_steps: int | None = None  # retired: renamed max_staleness (set, it fails naming the new key)
     drop_no_signal: bool = True  # groups of equal rewards train nothing (TRL: advantage 0 in them anyway)
     num_processes: int = 1  # >1: `accelerate launch` with that many data-parallel processes (gloo on CPUs)

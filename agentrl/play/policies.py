@@ -6,7 +6,7 @@ trained (its own `Learner`, its own AdamW) unless every role playing it is `froz
 never updated. A `model` that is an `http(s)://` URL is an external OpenAI-compatible endpoint (its base URL,
 without `/v1`): played, never recorded, never trained. Every sample updates only the policy that played it.
 Who plays what lives here (training and `agentrl eval` both route roles by it); how a trained policy learns,
-updates and pushes is the GRPO trainer's (`trainers/policy_steps.py`).
+updates and pushes is the GRPO trainer's (`trainers/grpo/policy_steps.py`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Policy:
     trainable: bool = False
     path: str = ""  # where its weights load from now: `source`, or the resumed checkpoint's copy
     tokenizer: Any = None
-    learner: Any = None  # a trained policy's `Learner` (trainers/learner.py), given by `load_learners`
+    learner: Any = None  # a trained policy's `Learner` (trainers/grpo/learner.py), given by `load_learners`
 
     @property
     def external(self) -> bool:

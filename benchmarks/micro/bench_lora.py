@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/micro/bench_lora.py [--steps 3] [--rank 16] [--vllm]
 
 Each mode (full, lora) runs in a child process of its own, so its peak RSS is its own: agentrl's `Learner` (GRPO
-loss, AdamW) on the model (LoRA: PEFT-wrapped by `agentrl.trainers.lora.wrap`, as `model.lora.enabled` does), a
+loss, AdamW) on the model (LoRA: PEFT-wrapped by `agentrl.trainers.common.lora.wrap`, as `model.lora.enabled` does), a
 warm-up step then `--steps` timed GRPO train steps over 8 samples (two groups of 4, 160-token prompts, 64-token
 replies), then pushes into an `EmbeddedEngine` through `Learner.push` (the adapter alone under LoRA). It reports
 the learner's peak RSS, the bytes its tensors hold (weights, gradients, AdamW state), the optimizer state's bytes,
@@ -54,7 +54,7 @@ def items(seed: int) -> list[Any]:
     """A GRPO batch: groups sharing a prompt, replies with their rollout logprobs, advantages of mean 0."""
     import torch
 
-    from agentrl.trainers.learner import TrainItem
+    from agentrl.trainers.grpo.learner import TrainItem
 
     gen = torch.Generator().manual_seed(seed)
     out = []
@@ -73,8 +73,8 @@ def run_mode(mode: str, folder: str, steps: int, rank: int) -> dict[str, float]:
     from transformers import AutoModelForCausalLM
 
     from agentrl.inference.engine import EmbeddedEngine
-    from agentrl.trainers.learner import Learner
-    from agentrl.trainers.lora import wrap
+    from agentrl.trainers.common.lora import wrap
+    from agentrl.trainers.grpo.learner import Learner
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
@@ -112,7 +112,7 @@ def vllm_pushes(folder: str, rank: int) -> dict[str, dict[str, float]]:
     from transformers import AutoModelForCausalLM
 
     from agentrl.inference.vllm import VLLMEngine
-    from agentrl.trainers.lora import adapter_state, wrap
+    from agentrl.trainers.common.lora import adapter_state, wrap
 
     lora = lora_settings(rank)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)

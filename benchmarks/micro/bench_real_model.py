@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/micro/bench_real_model.py [--rows 32] [--tokens 32] [--batch 16] [--threads 2]
 
 Three measurements, each a ratio to its baseline measured in this same process:
-- training: forward + backward of agentrl's training forward (`trainers.forward.next_token_logits`, the shared
+- training: forward + backward of agentrl's training forward (`trainers.common.forward.next_token_logits`, the shared
   prompt run once) and the token log-likelihood loss over `--batch` env=calc demonstrations (a GRPO micro-batch's
   shape), float32 weights with no autocast against bf16 autocast (`model.autocast=bfloat16`); tokens/s;
 - generation: `--rows` sampled replies of `--tokens` tokens to one env=calc prompt, from the embedded engine in
@@ -31,9 +31,9 @@ sys.path.insert(0, str(REPO))
 from agentrl.devices import AUTOCAST_ATTRIBUTE  # noqa: E402
 from agentrl.envs.bundles import load_bundle  # noqa: E402
 from agentrl.testing.real_model import smollm2_folder  # noqa: E402
-from agentrl.trainers.demonstrations import encode_demonstrations  # noqa: E402
-from agentrl.trainers.forward import first_loss_column, next_token_logits  # noqa: E402
-from agentrl.trainers.sft import sft_batch  # noqa: E402
+from agentrl.trainers.common.forward import first_loss_column, next_token_logits  # noqa: E402
+from agentrl.trainers.sft.demonstrations import encode_demonstrations  # noqa: E402
+from agentrl.trainers.sft.trainer import sft_batch  # noqa: E402
 
 
 def train_rate(model, batches, autocast: str, repeats: int) -> float:

@@ -1,4 +1,4 @@
-"""One training step's forward + backward: the plain pass vs `agentrl.trainers.forward`, in one process.
+"""One training step's forward + backward: the plain pass vs `agentrl.trainers.common.forward`, in one process.
 
     python benchmarks/micro/bench_train_step.py                  # tiny model, CPU, one thread
     python benchmarks/micro/bench_train_step.py --style full     # GridSim's full prompt instead of the compact one
@@ -25,9 +25,9 @@ sys.path.insert(0, str(REPO))
 
 from agentrl.envs.bundles import load_bundle  # noqa: E402
 from agentrl.models.tiny import ensure_tiny_model  # noqa: E402
-from agentrl.trainers.demonstrations import encode_demonstrations  # noqa: E402
-from agentrl.trainers.forward import first_loss_column, next_token_logits  # noqa: E402
-from agentrl.trainers.sft import sft_batch  # noqa: E402
+from agentrl.trainers.common.forward import first_loss_column, next_token_logits  # noqa: E402
+from agentrl.trainers.sft.demonstrations import encode_demonstrations  # noqa: E402
+from agentrl.trainers.sft.trainer import sft_batch  # noqa: E402
 
 
 def loss_with(mode: str, model, ids, attn, targets) -> torch.Tensor:

@@ -54,7 +54,7 @@ def start_path(home: Path, extra: Sequence[str] = (), recipe: str = RECIPE) -> P
     """The folder every run starts from: `recipe`'s warm start at seed 0 (made if missing); for the default
     recipe, the greedy rule's imitation."""
     os.environ["AGENTRL_HOME"] = str(home)
-    from agentrl.trainers.warm_start import warm_start_path
+    from agentrl.trainers.sft.warm_start import warm_start_path
 
     cfg = compose_config(*[f"+recipe={recipe}", "seed=0", *extra])
     return Path(warm_start_path(plan_for(cfg, home / "run-start")))

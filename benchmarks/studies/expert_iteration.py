@@ -73,8 +73,8 @@ def main() -> None:
     from agentrl.play.evaluate import evaluate, outcome_of, play_tasks
     from agentrl.play.rollout import make_row
     from agentrl.play.services import start_services
-    from agentrl.trainers.sft import save_hf_folder, train_sft
-    from agentrl.trainers.trained_model import load_trained_model
+    from agentrl.trainers.common.trained_model import load_trained_model
+    from agentrl.trainers.sft.trainer import save_hf_folder, train_sft
 
     cfg = compose_config(f"+recipe={RECIPE}", f"seed={args.seed}", *extra)
     out = home / "ei" / f"seed-{args.seed}"

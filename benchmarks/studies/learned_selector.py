@@ -116,9 +116,9 @@ def main() -> None:
     from agentrl.envs.gridsim.episode import parse_day
     from agentrl.envs.task import opening_turn
     from agentrl.play.eval_results import majority_score
-    from agentrl.trainers.demonstrations import encode_chat
-    from agentrl.trainers.sft import save_hf_folder, train_sft
-    from agentrl.trainers.trained_model import load_trained_model
+    from agentrl.trainers.common.trained_model import load_trained_model
+    from agentrl.trainers.sft.demonstrations import encode_chat
+    from agentrl.trainers.sft.trainer import save_hf_folder, train_sft
 
     plan = plan_for(compose_config("+recipe=gridsim_grpo", f"seed={args.seed}", f"env.generated_days={args.days}",
                                    "env.train_split=generated"), home / "run")

@@ -96,7 +96,7 @@ def sft_overrides(args: argparse.Namespace, node: str) -> list[str]:
 
 def part_one(args: argparse.Namespace, home: Path, common: list[str], limit: int | None) -> None:
     """(1) SFT on optimal demonstrations, beside the idle and greedy rules."""
-    from agentrl.trainers.sft import run_sft, sft_checkpoint_path
+    from agentrl.trainers.sft.trainer import run_sft, sft_checkpoint_path
 
     cfg = compose_config("+recipe=gridsim_sft", f"trainer.steps={args.sft_steps}", *common,
                          *sft_overrides(args, "trainer"))
@@ -132,8 +132,8 @@ def part_two(args: argparse.Namespace, home: Path, common: list[str], limit: int
                           "trainer.eval_every=0", "trainer.checkpoint_every=0", *common,
                           *([f"trainer.lr={args.grpo_lr}"] if args.grpo_lr else []))
     plan2 = plan_for(cfg2, home / f"run-grpo{args.tag}")
-    from agentrl.trainers.grpo import GRPOTrainer
-    from agentrl.trainers.warm_start import warm_start_path
+    from agentrl.trainers.grpo.trainer import GRPOTrainer
+    from agentrl.trainers.sft.warm_start import warm_start_path
 
     # A real MLflow run in the benchmark's own store (browse it with `mlflow ui`); the step split is read back from it.
     tracker = MLflowTracker(tracking_uri=f"sqlite:///{home / 'mlflow.db'}", experiment="benchmark-learning",

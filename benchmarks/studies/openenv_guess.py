@@ -40,7 +40,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     home = Path(args.home).absolute()
     home.mkdir(parents=True, exist_ok=True)
     os.environ["AGENTRL_HOME"] = str(home)
-    from agentrl.trainers.warm_start import warm_start_path
+    from agentrl.trainers.sft.warm_start import warm_start_path
 
     rows, pooled = [], []
     for seed in args.seeds:

@@ -92,7 +92,7 @@ def play_eval(cfg: Any, plan: Any, model_path: str, limit: int, seed: str) -> li
 
 def _role_policies(cfg: Any) -> list[Any]:
     from agentrl.play.policies import plan_policies
-    from agentrl.trainers.policy_steps import load_learners
+    from agentrl.trainers.grpo.policy_steps import load_learners
 
     policies = plan_policies(cfg.agent.get("roles"))
     for p in policies:
@@ -126,7 +126,7 @@ def train(cfg: Any, plan: Any, *, token_budget: float | None = None, seconds_bud
           ) -> tuple[Any, Memory, float, str]:
     """GRPO for trainer.steps (or until `token_budget` model tokens were generated, or `seconds_budget` seconds
     of train steps passed); returns (trainer, tracker, train seconds, folder of the final shared model)."""
-    from agentrl.trainers.grpo import GRPOTrainer
+    from agentrl.trainers.grpo.trainer import GRPOTrainer
 
     tracker = Memory()
     trainer = GRPOTrainer(plan=plan, tracker=tracker)
@@ -175,7 +175,7 @@ def setup(args: argparse.Namespace, extra: list[str], name: str) -> tuple[Any, A
 
 
 def cmd_pattern(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
-    from agentrl.trainers.warm_start import warm_start_path
+    from agentrl.trainers.sft.warm_start import warm_start_path
 
     cfg, plan = setup(args, extra, f"pattern-{args.agent or args.recipe}")
     start = warm_start_path(plan)
@@ -206,7 +206,7 @@ def cmd_pattern(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
 
 
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
-    from agentrl.trainers.warm_start import warm_start_path
+    from agentrl.trainers.sft.warm_start import warm_start_path
 
     cfg, plan = setup(args, extra, "compare-co")
     start = warm_start_path(plan)
@@ -258,7 +258,7 @@ def digest(folder: str) -> str:
 
 def cmd_roles(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     from agentrl.play.policies import MAIN
-    from agentrl.trainers.warm_start import warm_start_path
+    from agentrl.trainers.sft.warm_start import warm_start_path
 
     cfg0, plan0 = setup(args, extra, "roles-warm")
     start = warm_start_path(plan0)

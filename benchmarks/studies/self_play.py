@@ -85,7 +85,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
     home.mkdir(parents=True, exist_ok=True)
     os.environ["AGENTRL_HOME"] = str(home)
     from agentrl.play.checkpoint_match import checkpoint_matches
-    from agentrl.trainers.warm_start import warm_start_path
+    from agentrl.trainers.sft.warm_start import warm_start_path
 
     # Seed 0's own warm start (made here if missing; its run reuses it); the later seeds start from it.
     warm = warm_start_path(plan_for(compose_config(*[f"+recipe={RECIPE}", "seed=0", *extra]), home / "run-start"))

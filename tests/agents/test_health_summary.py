@@ -14,7 +14,7 @@ from agentrl.config.agent import CoEvolutionAgentConfig
 from agentrl.rewards import Asymmetric
 from agentrl.testing import Reply, ScriptedChat
 from agentrl.testing.plays import rewarded
-from agentrl.trainers.health import HealthWatch
+from agentrl.trainers.grpo.health import HealthWatch
 
 RANGES = {"multi_agent/avg_turns": [1, 1], "multi_agent/early_termination_rate": [0, 0.5],
           "loss_mask/role_split/rewriter": [0.2, 0.7]}

@@ -21,8 +21,8 @@ from agentrl.inference.samples import Sample
 from agentrl.rewards import Asymmetric, EnvScore
 from agentrl.testing import Reply, ScriptedChat
 from agentrl.testing.plays import rewarded
-from agentrl.trainers.grpo_math import group_advantages
-from agentrl.trainers.learner import items_from
+from agentrl.trainers.grpo.grpo_math import group_advantages
+from agentrl.trainers.grpo.learner import items_from
 
 LABEL = "19"  # arith train row 0: "What is 11 × 2 − 3?"
 

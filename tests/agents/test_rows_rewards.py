@@ -15,7 +15,7 @@ from agentrl.envs.server.echo import EchoBundle
 from agentrl.rewards import EnvScore
 from agentrl.rows import main, read_rows, write_rows
 from agentrl.testing import Reply, ScriptedChat, tool_call
-from agentrl.trainers.miles_hooks import filter_scored_groups, keep_scored_groups, reward_func
+from agentrl.trainers.miles.hooks import filter_scored_groups, keep_scored_groups, reward_func
 
 
 def test_rows_round_trip_through_the_agent(tmp_path, capsys, monkeypatch):
@@ -113,7 +113,7 @@ def test_group_filter_drops_flagged_and_unrewarded_groups():
 
 
 def test_group_filter_drops_groups_without_signal_like_the_built_in_trainer(monkeypatch):
-    from agentrl.trainers import miles_hooks
+    from agentrl.trainers.miles import hooks as miles_hooks
 
     monkeypatch.setattr(miles_hooks._streak, "in_a_row", 0)
     tie = [miles_sample(1.0, reward=1.0), miles_sample(1.0, reward=1.0)]
@@ -124,7 +124,7 @@ def test_group_filter_drops_groups_without_signal_like_the_built_in_trainer(monk
 
 def test_miles_loop_stops_when_no_group_ever_has_signal(monkeypatch):
     from agentrl import group_filter
-    from agentrl.trainers import miles_hooks
+    from agentrl.trainers.miles import hooks as miles_hooks
 
     monkeypatch.setattr(miles_hooks._streak, "in_a_row", 0)
     monkeypatch.setenv(miles_hooks.MAX_DROPS_ENV, "2")
@@ -137,7 +137,7 @@ def test_miles_loop_stops_when_no_group_ever_has_signal(monkeypatch):
 
 def test_group_filter_stops_a_run_whose_every_group_fails(monkeypatch):
     from agentrl import group_filter
-    from agentrl.trainers import miles_hooks
+    from agentrl.trainers.miles import hooks as miles_hooks
 
     monkeypatch.setattr(miles_hooks._streak, "in_a_row", 0)
     monkeypatch.setenv(miles_hooks.MAX_DROPS_ENV, "3")

@@ -17,7 +17,7 @@ from agentrl.envs.bundles import load_bundle
 from agentrl.envs.openenv_remote.example import GuessEnv
 from agentrl.envs.server import serve_in_background
 from agentrl.testing.cli import run_agentrl
-from agentrl.trainers.demonstrations import encode_demonstrations
+from agentrl.trainers.sft.demonstrations import encode_demonstrations
 
 TEACHER = "agentrl.envs.openenv_remote.example:bisect"
 

@@ -71,8 +71,8 @@ def test_a_lora_adapter_reaches_the_child(tmp_path):
     from agentrl.config.model import LoraConfig, ModelConfig
     from agentrl.inference.engine import EmbeddedEngine
     from agentrl.testing.tiny_models import shared_tiny_model
-    from agentrl.trainers.learner import Learner
-    from agentrl.trainers.trained_model import load_trained_model
+    from agentrl.trainers.common.trained_model import load_trained_model
+    from agentrl.trainers.grpo.learner import Learner
 
     path = shared_tiny_model()
     lora = LoraConfig(enabled=True, rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])

@@ -29,7 +29,7 @@ from agentrl.config.reward import EnvScoreRewardConfig
 from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.envs.server import serve_in_background
-from agentrl.trainers.miles_args import LaunchContext
+from agentrl.trainers.miles.args import LaunchContext
 
 IM_END = "<|im_end|>"
 

@@ -33,9 +33,9 @@ from agentrl.envs.server import build_app, serve_in_background  # noqa: E402
 from agentrl.envs.server.echo import EchoBundle  # noqa: E402
 from agentrl.rows import write_rows  # noqa: E402
 from agentrl.testing.ports import free_port  # noqa: E402
-from agentrl.trainers import miles_hooks  # noqa: E402
-from agentrl.trainers.miles_args import AGENT_FUNCTION, GENERATE_FUNCTION, REFACTOR_ENV  # noqa: E402
-from agentrl.trainers.miles_hooks import FAILED_REASON, filter_scored_groups, reward_func  # noqa: E402
+from agentrl.trainers.miles import hooks as miles_hooks  # noqa: E402
+from agentrl.trainers.miles.args import AGENT_FUNCTION, GENERATE_FUNCTION, REFACTOR_ENV  # noqa: E402
+from agentrl.trainers.miles.hooks import FAILED_REASON, filter_scored_groups, reward_func  # noqa: E402
 from tests.miles.conftest import logprob_of, tool_call  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -71,8 +71,8 @@ def miles_args(model: str, rows: dict, sglang_url: str, session_port: int, roles
         rollout_skip_special_tokens=False, sglang_server_concurrency=8, rollout_num_gpus=1,
         rollout_num_gpus_per_engine=1, sglang_router_ip=host, sglang_router_port=int(port),
         custom_generate_function_path=GENERATE_FUNCTION, custom_agent_function_path=AGENT_FUNCTION,
-        custom_rm_path="agentrl.trainers.miles_hooks.reward_func",
-        dynamic_sampling_filter_path="agentrl.trainers.miles_hooks.filter_scored_groups",
+        custom_rm_path="agentrl.trainers.miles.hooks.reward_func",
+        dynamic_sampling_filter_path="agentrl.trainers.miles.hooks.filter_scored_groups",
         eval_max_prompt_len=None, eval_reward_key=None,
         generate_multi_samples=False, use_session_server=True, session_server_ip="127.0.0.1",
         session_server_port=session_port, tito_model="qwen3", tito_allowed_append_roles=sorted(roles),
@@ -211,8 +211,8 @@ def multi_turn_world(request, tmp_path, tiny_model_path, stand_in_sglang, monkey
     or the trainer settings `request.param` gives)."""
     import json
 
-    from agentrl.trainers.miles_args import build_launch
-    from agentrl.trainers.miles_hooks import MAX_DROPS_ENV
+    from agentrl.trainers.miles.args import build_launch
+    from agentrl.trainers.miles.hooks import MAX_DROPS_ENV
     from tests.miles.conftest import ctx, flags, make_settings
 
     monkeypatch.setenv(REFACTOR_ENV, "1")

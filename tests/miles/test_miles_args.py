@@ -18,8 +18,7 @@ from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.plan import Plan, PlanError, build_plan
 from agentrl.testing.cli import run_cli
 from agentrl.testing.config import compose_config
-from agentrl.trainers.miles import MilesTrainer, MilesUnavailable, project_root, require_gpus, require_miles
-from agentrl.trainers.miles_args import (
+from agentrl.trainers.miles.args import (
     FIXED_TEMPLATES,
     TEMPLATE_KWARGS,
     MilesConfigError,
@@ -28,7 +27,14 @@ from agentrl.trainers.miles_args import (
     megatron_model_args,
     roles_key,
 )
-from agentrl.trainers.miles_launcher import worker_env
+from agentrl.trainers.miles.launcher import worker_env
+from agentrl.trainers.miles.trainer import (
+    MilesTrainer,
+    MilesUnavailable,
+    project_root,
+    require_gpus,
+    require_miles,
+)
 from tests.miles.conftest import ctx, flags, make_settings
 
 GOLDEN = Path(__file__).parent / "golden" / "gridsim_miles_dry_run.txt"
@@ -51,18 +57,18 @@ def test_grpo_agentic_and_tracking_flags(tmp_path):
     assert f["--input-key"] == ["messages"] and f["--metadata-key"] == ["metadata"]
     assert "--apply-chat-template" not in f  # the prompt must stay a message list for the agent
     # Miles' generate and our agent, each behind the wrapper that keeps a failed rollout's reason and reward 0.
-    assert f["--custom-generate-function-path"] == ["agentrl.trainers.miles_hooks.generate"]
-    assert f["--custom-agent-function-path"] == ["agentrl.trainers.miles_hooks.agent_function"]
+    assert f["--custom-generate-function-path"] == ["agentrl.trainers.miles.hooks.generate"]
+    assert f["--custom-agent-function-path"] == ["agentrl.trainers.miles.hooks.agent_function"]
     assert launch.env["AGENTRL_AGENT_FUNCTION"] == "agentrl.agents.tool_calling.run"
-    assert f["--custom-rm-path"] == ["agentrl.trainers.miles_hooks.reward_func"]
-    assert f["--dynamic-sampling-filter-path"] == ["agentrl.trainers.miles_hooks.filter_scored_groups"]
+    assert f["--custom-rm-path"] == ["agentrl.trainers.miles.hooks.reward_func"]
+    assert f["--dynamic-sampling-filter-path"] == ["agentrl.trainers.miles.hooks.filter_scored_groups"]
     assert "--use-session-server" in f and f["--tito-model"] == ["qwen3"] and f["--chat-template-path"] == ["/t.jinja"]
     assert f["--sglang-tool-call-parser"] == ["qwen25"] and f["--colocate"] == []
     assert f["--use-mlflow"] == [] and f["--mlflow-run-id"] == ["run123"]
     assert f["--mlflow-tracking-uri"] == ["http://mlflow:5000"] and f["--mlflow-experiment-name"] == ["exp"]
     assert "--use-kl-loss" not in f and "--ref-load" not in f
     assert launch.env["MILES_EXPERIMENTAL_ROLLOUT_REFACTOR"] == "1" and launch.env["MLFLOW_RUN_ID"] == "run123"
-    assert launch.command[1:3] == ["-m", "agentrl.trainers.miles_launcher"]
+    assert launch.command[1:3] == ["-m", "agentrl.trainers.miles.launcher"]
     # The agent, reward hook and filter must be importable by Miles: every path we name resolves here.
     for path in (run.trainer.agent_function, run.trainer.reward_hook, run.trainer.group_filter):
         module, _, name = path.rpartition(".")

@@ -11,7 +11,7 @@ import pytest
 
 from agentrl.config.model import LoraConfig
 from agentrl.testing.cli import run_cli
-from agentrl.trainers.miles_args import MilesConfigError, build_launch, check_config
+from agentrl.trainers.miles.args import MilesConfigError, build_launch, check_config
 from tests.miles.conftest import ctx, flags, make_settings
 from tests.miles.test_miles_args import QWEN3_4B
 

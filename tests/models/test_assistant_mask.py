@@ -13,7 +13,7 @@ from agentrl.inference.assistant_tokens import (
     check_chat_template,
     encode_assistant_turns,
 )
-from agentrl.trainers.demonstrations import encode_chat
+from agentrl.trainers.sft.demonstrations import encode_chat
 
 TOOLS = [{"type": "function", "function": {"name": "submit", "description": "Submit a schedule.",
                                            "parameters": {"type": "object", "properties": {}}}}]

@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 
 from agentrl.config.reward import AsymmetricRewardConfig, RubricRewardConfig
-from agentrl.trainers import miles_rubric
-from agentrl.trainers.miles_args import build_launch
-from agentrl.trainers.miles_hooks import FAILED_REASON, miles_drop_reason
+from agentrl.trainers.miles import rubric as miles_rubric
+from agentrl.trainers.miles.args import build_launch
+from agentrl.trainers.miles.hooks import FAILED_REASON, miles_drop_reason
 from tests.miles.conftest import ctx, flags, make_settings
 from tests.rubrics.test_judge import Endpoint
 
@@ -33,7 +33,7 @@ def test_the_launch_names_the_rubric_hook_and_carries_the_reward_config(tmp_path
     carried = json.loads(launch.env[miles_rubric.REWARD_ENV])
     assert carried["rubric"]["parts"]["judge"]["url"] == "http://judge:8000"
     plain = build_launch(replace(make_settings(), reward=AsymmetricRewardConfig()), ctx(tmp_path), model_args=[])
-    assert flags(plain.argv)["--custom-rm-path"] == ["agentrl.trainers.miles_hooks.reward_func"]
+    assert flags(plain.argv)["--custom-rm-path"] == ["agentrl.trainers.miles.hooks.reward_func"]
     assert miles_rubric.REWARD_ENV not in plain.env
 
 

@@ -18,7 +18,7 @@ client = MlflowClient(tracking_uri=uri)
 experiment = client.create_experiment("ids")
 ids = []
 for run in range(2):
-    random.seed(0)  # what a run with seed=0 does before it plays (trainers/grpo.py)
+    random.seed(0)  # what a run with seed=0 does before it plays (trainers/grpo/trainer.py)
     trace = EpisodeTrace(name="episode", task={"split": "eval", "index": 0},
                          roles=[TracedRole(role="agent", turns=[], outcome={"score": 1.0})], tags={"step": "0"})
     ids.append(log_episode(client, trace, experiment_id=experiment, run_id=None))

@@ -15,8 +15,8 @@ from agentrl.agents.record import Rollout
 from agentrl.config.trainer import LOSSES, GRPOTrainerConfig
 from agentrl.plan import PlanError, build_plan, typed_settings
 from agentrl.testing.config import compose_config
-from agentrl.trainers.learner import STEP_METRICS, Algorithm, Learner
-from agentrl.trainers.miles_args import MilesConfigError, check_config
+from agentrl.trainers.grpo.learner import STEP_METRICS, Algorithm, Learner
+from agentrl.trainers.miles.args import MilesConfigError, check_config
 from tests.trainers.test_grpo_cli import TINY, _cli, _runs
 
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from agentrl.plan import build_plan
 from agentrl.testing.config import compose_config
-from agentrl.trainers.resume import checkpoint_record, differences
+from agentrl.trainers.common.resume import checkpoint_record, differences
 
 
 def _composed(tmp_path: Path, *overrides: str) -> Any:

@@ -30,7 +30,7 @@ from agentrl.models.tiny import ensure_tiny_model
 from agentrl.play.evaluate import outcome_of
 from agentrl.play.rollout import RolloutRunner, make_row
 from agentrl.rewards import Asymmetric
-from agentrl.trainers.learner import Learner, items_from
+from agentrl.trainers.grpo.learner import Learner, items_from
 
 STEPS, ROWS, PLAYS, N = 24, 2, 4, 2
 MAX_LETTERS = 6

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from agentrl.config.trainer import GRPOTrainerConfig
-from agentrl.trainers.grpo_math import policy_loss
-from agentrl.trainers.learner import Algorithm, Learner, TrainItem
+from agentrl.trainers.grpo.grpo_math import policy_loss
+from agentrl.trainers.grpo.learner import Algorithm, Learner, TrainItem
 from tests.trainers.test_grpo_cli import TINY, _cli, _runs
 
 

@@ -125,7 +125,7 @@ def test_a_torn_rank_file_costs_only_itself(tmp_path: Path, caplog: pytest.LogCa
     still logs the ranks' other files, and says which file it could not log, instead of raising over the run's own
     outcome (the workers' error, or a finished run's final model)."""
     from agentrl.tracking.trace_file import TraceFile
-    from agentrl.trainers.trl import log_rank_files
+    from agentrl.trainers.trl.trainer import log_rank_files
     from tests.tracking.test_trace_file import _trace
 
     evals = tmp_path / "evals"

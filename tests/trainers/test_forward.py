@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agentrl.models.tiny import ensure_tiny_model
-from agentrl.trainers.forward import first_loss_column, next_token_logits, shared_prefix_length
+from agentrl.trainers.common.forward import first_loss_column, next_token_logits, shared_prefix_length
 
 SMALL = dict(seed=0, vocab_size=1024, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
              intermediate_size=64, max_position_embeddings=512)
@@ -88,7 +88,7 @@ def test_a_lora_model_shares_the_prefix_through_the_current_cache_argument(tmp_p
     from transformers import AutoModelForCausalLM
 
     from agentrl.config.model import LoraConfig
-    from agentrl.trainers.lora import wrap
+    from agentrl.trainers.common.lora import wrap
 
     path = ensure_tiny_model(str(tmp_path / "tiny"), **SMALL)
     base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

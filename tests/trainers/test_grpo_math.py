@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrl.agents.record import Rollout
-from agentrl.trainers.grpo_math import (
+from agentrl.trainers.grpo.grpo_math import (
     group_advantages,
     kl_estimate,
     logprobs_and_entropy,
@@ -17,7 +17,7 @@ from agentrl.trainers.grpo_math import (
     policy_loss,
     token_logprobs,
 )
-from agentrl.trainers.learner import Algorithm, items_from, longest_reply
+from agentrl.trainers.grpo.learner import Algorithm, items_from, longest_reply
 
 
 def test_advantages_by_group_hand_computed() -> None:

@@ -14,8 +14,8 @@ import torch
 
 from agentrl.inference.engine import EmbeddedEngine
 from agentrl.models.tiny import ensure_tiny_model
-from agentrl.trainers.grpo_math import group_advantages
-from agentrl.trainers.learner import Learner, TrainItem
+from agentrl.trainers.grpo.grpo_math import group_advantages
+from agentrl.trainers.grpo.learner import Learner, TrainItem
 
 STEPS, PROMPTS, SAMPLES, TOKENS = 40, 4, 8, 4
 

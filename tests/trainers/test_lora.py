@@ -16,10 +16,10 @@ from agentrl.config.model import LoraConfig, ModelConfig
 from agentrl.inference.engine import EmbeddedEngine
 from agentrl.testing.config import compose_config
 from agentrl.testing.tiny_models import shared_tiny_model
-from agentrl.trainers import checkpoint as ckpt
-from agentrl.trainers import lora
-from agentrl.trainers.learner import Learner, TrainItem
-from agentrl.trainers.trained_model import load_trained_model
+from agentrl.trainers.common import lora
+from agentrl.trainers.common.trained_model import load_trained_model
+from agentrl.trainers.grpo import checkpoint as ckpt
+from agentrl.trainers.grpo.learner import Learner, TrainItem
 
 LORA = LoraConfig(enabled=True, rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])
 PROMPT = [5, 17, 99, 230, 41, 8]

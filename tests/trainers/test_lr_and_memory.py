@@ -12,10 +12,10 @@ from omegaconf import OmegaConf
 
 from agentrl.config.model import ModelConfig
 from agentrl.play.policies import Policy
-from agentrl.trainers.learner import TrainItem
-from agentrl.trainers.lr_schedules import lr_factor
-from agentrl.trainers.policy_steps import load_learners, step_policies
-from agentrl.trainers.trained_model import checkpointing
+from agentrl.trainers.common.trained_model import checkpointing
+from agentrl.trainers.grpo.learner import TrainItem
+from agentrl.trainers.grpo.lr_schedules import lr_factor
+from agentrl.trainers.grpo.policy_steps import load_learners, step_policies
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_trl_gets_the_same_schedule_and_checkpointing():
     from agentrl.config.model import TinyModelConfig
     from agentrl.config.schema import RunConfig
     from agentrl.config.trainer import TRLTrainerConfig
-    from agentrl.trainers.trl_args import grpo_config_kwargs
+    from agentrl.trainers.trl.args import grpo_config_kwargs
 
     settings = RunConfig(seed=0, trainer=TRLTrainerConfig(lr=0.01, steps=6, lr_warmup_steps=2, lr_schedule="cosine"),
                          agent=ToolCallingAgentConfig(max_turns=2, max_response_tokens=16),

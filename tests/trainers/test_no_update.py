@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.testing.cli import run_agentrl
-from agentrl.trainers.no_update import NoUpdateWatch
+from agentrl.trainers.common.no_update import NoUpdateWatch
 from tests.trainers.test_grpo_cli import TINY, _cli, _runs
 
 
@@ -26,7 +26,7 @@ def test_the_watch_warns_on_a_streak_and_names_the_cause(caplog: pytest.LogCaptu
     trained = {"train/updates": 1.0, "train/tokens": 40.0}
     idle = {"train/updates": 0.0, "train/tokens": 0.0, "rollout/groups_dropped/failed": 4.0,
             "rollout/flagged/truncated": 0.5}
-    with caplog.at_level(logging.WARNING, logger="agentrl.trainers.no_update"):
+    with caplog.at_level(logging.WARNING, logger="agentrl.trainers.common.no_update"):
         watch.add(1, trained)
         watch.add(2, idle)
         assert not caplog.records  # one idle step is not yet a streak

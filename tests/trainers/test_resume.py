@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.testing.cli import run_agentrl
-from agentrl.trainers.resume import identity, resume_mode
+from agentrl.trainers.common.resume import identity, resume_mode
 
 TINY = ["trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=3", "trainer.eval_every=0",
         "trainer.checkpoint_every=1", "trainer.warm_start.steps=2", "trainer.warm_start.batch_samples=2",
@@ -135,7 +135,7 @@ def test_trainer_changes_name_the_schedule_a_resume_changed_and_not_its_own_keys
     from agentrl.config.schema import settings_dict
     from agentrl.plan import typed_settings
     from agentrl.testing.config import compose_config
-    from agentrl.trainers.resume import trainer_changes
+    from agentrl.trainers.common.resume import trainer_changes
 
     before = typed_settings(compose_config("+recipe=gridsim_grpo", "trainer.steps=100"))
     record = {"config": settings_dict(before), "choices": {}}

@@ -14,8 +14,8 @@ from agentrl.agents.record import Rollout
 from agentrl.config.trainer import GRPOTrainerConfig
 from agentrl.plan import PlanError, build_plan
 from agentrl.testing.config import compose_config
-from agentrl.trainers.learner import Algorithm, Learner, items_from
-from agentrl.trainers.role_advantages import RoleBaselines, hierarchical_advantages, per_role_advantages
+from agentrl.trainers.grpo.learner import Algorithm, Learner, items_from
+from agentrl.trainers.grpo.role_advantages import RoleBaselines, hierarchical_advantages, per_role_advantages
 
 # Two rows of co-evolution-like plays: solver groups of 4, 3 and 2 (the last a tie), selectors of 1 and 2.
 REWARDS = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.2, 1.2, 0.0]
@@ -129,7 +129,7 @@ def test_hierarchical_episode_roles_must_be_roles_the_agent_plays(tmp_path: Path
 
 @pytest.mark.parametrize("kind", ["per_role", "rae", "hierarchical"])
 def test_miles_and_trl_refuse_the_role_advantages_at_plan_time(tmp_path: Path, kind: str) -> None:
-    from agentrl.trainers.trl_args import TRLConfigError, check_config
+    from agentrl.trainers.trl.args import TRLConfigError, check_config
     from tests.trainers.test_trl import _settings
 
     cfg = compose_config("+recipe=gridsim_miles", f"trainer.advantage={kind}")
@@ -145,7 +145,7 @@ def test_rae_baselines_survive_a_checkpoint_and_resume(tmp_path: Path) -> None:
 
     from agentrl.models.tiny import ensure_tiny_model
     from agentrl.play.policies import MAIN, Policy
-    from agentrl.trainers.grpo import GRPOTrainer
+    from agentrl.trainers.grpo.trainer import GRPOTrainer
 
     path = ensure_tiny_model(str(tmp_path / "tiny"), vocab_size=512, hidden_size=32, num_layers=1, num_heads=2,
                              num_kv_heads=1, intermediate_size=64)
@@ -164,7 +164,7 @@ def test_rae_baselines_survive_a_checkpoint_and_resume(tmp_path: Path) -> None:
 
 
 def test_the_group_only_function_refuses_the_role_kinds() -> None:
-    from agentrl.trainers.grpo_math import group_advantages
+    from agentrl.trainers.grpo.grpo_math import group_advantages
 
     with pytest.raises(ValueError, match="per_role, rae and hierarchical are role_advantages.py's"):
         group_advantages([1.0, 0.0], ["a", "a"], kind="rae")

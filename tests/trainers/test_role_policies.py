@@ -23,10 +23,10 @@ from agentrl.plan import build_plan
 from agentrl.play.policies import MAIN, plan_policies, routing, untrained_roles
 from agentrl.play.rollout import RoutedSessionPool, make_row
 from agentrl.testing.config import compose_config
-from agentrl.trainers import checkpoint as ckpt
-from agentrl.trainers.grpo import GRPOTrainer
-from agentrl.trainers.learner import items_from
-from agentrl.trainers.policy_steps import make_learner, step_policies
+from agentrl.trainers.grpo import checkpoint as ckpt
+from agentrl.trainers.grpo.learner import items_from
+from agentrl.trainers.grpo.policy_steps import make_learner, step_policies
+from agentrl.trainers.grpo.trainer import GRPOTrainer
 
 SMALL = dict(vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
              max_position_embeddings=512)

@@ -16,9 +16,9 @@ from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import SFTTrainerConfig, WarmStartConfig
 from agentrl.envs.bundles import load_bundle
 from agentrl.testing.tiny_models import shared_tiny_model
-from agentrl.trainers import checkpoint as ckpt
-from agentrl.trainers.demonstrations import encode_demonstrations
-from agentrl.trainers.sft import save_hf_folder, train_sft
+from agentrl.trainers.grpo import checkpoint as ckpt
+from agentrl.trainers.sft.demonstrations import encode_demonstrations
+from agentrl.trainers.sft.trainer import save_hf_folder, train_sft
 
 SMALL = dict(seed=0, vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
              intermediate_size=64, max_position_embeddings=512)
@@ -105,7 +105,7 @@ def test_generated_demonstrations_follow_the_split_s_and_are_seeded(tiny) -> Non
 
 
 def test_generated_demonstrations_are_encoded_when_first_drawn(tiny) -> None:
-    from agentrl.trainers.demonstrations import demonstration_data
+    from agentrl.trainers.sft.demonstrations import demonstration_data
 
     _, tok = tiny
     bundle = load_bundle("gridsim", prompt_style="compact")
@@ -119,7 +119,7 @@ def test_generated_demonstrations_are_encoded_when_first_drawn(tiny) -> None:
 
 
 def test_generated_demonstrations_need_as_many_chats_per_task_as_task_0() -> None:
-    from agentrl.trainers.demonstrations import GeneratedDemonstrations
+    from agentrl.trainers.sft.demonstrations import GeneratedDemonstrations
 
     chat = ([{"role": "user", "content": "x"}], None)
     data = GeneratedDemonstrations(lambda i: [chat] * (2 if i < 3 else 1), lambda c, name: ([len(name)], [1]), 5)
@@ -140,7 +140,7 @@ def _former_lr_factor(step: int, steps: int, warmup: int) -> float:
 
 @pytest.mark.parametrize("steps,warmup", [(30, 3), (1500, 50), (5, 5)])
 def test_lr_schedule_keeps_the_warmup_and_decays_to_a_tenth_at_the_last_step(steps: int, warmup: int) -> None:
-    from agentrl.trainers.sft import lr_schedule
+    from agentrl.trainers.sft.trainer import lr_schedule
 
     param = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.AdamW([param], lr=2.0)
@@ -165,7 +165,7 @@ def run_settings(bundle: str, model: str, checkpoint_dir: str, **model_keys: obj
 
 
 def test_sft_cache_folder_names_stay_those_of_cached_warm_starts() -> None:
-    from agentrl.trainers.sft import sft_checkpoint_path
+    from agentrl.trainers.sft.trainer import sft_checkpoint_path
 
     settings = WarmStartConfig(teacher="optimal", steps=1500, lr=3e-3, batch_samples=32, warmup_steps=50, augment=7,
                                weight_decay=0.0)
@@ -185,7 +185,7 @@ def test_sft_cache_folder_names_stay_those_of_cached_warm_starts() -> None:
 
 
 def test_generated_demonstrations_change_the_sft_cache_key_only_when_set() -> None:
-    from agentrl.trainers.sft import sft_checkpoint_path
+    from agentrl.trainers.sft.trainer import sft_checkpoint_path
 
     settings = WarmStartConfig(teacher="optimal", steps=1500, lr=3e-3, batch_samples=32, warmup_steps=50, augment=7,
                                weight_decay=0.0)
@@ -198,7 +198,7 @@ def test_generated_demonstrations_change_the_sft_cache_key_only_when_set() -> No
 
 
 def test_a_new_demonstrations_version_makes_a_new_warm_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentrl.trainers import sft
+    from agentrl.trainers.sft import trainer as sft
 
     settings = WarmStartConfig(teacher="optimal", steps=1500, lr=3e-3, batch_samples=32, warmup_steps=50, augment=7,
                                weight_decay=0.0)
@@ -210,7 +210,7 @@ def test_a_new_demonstrations_version_makes_a_new_warm_start(monkeypatch: pytest
 
 
 def test_a_data_option_changes_the_sft_cache_key(tmp_path: Path) -> None:
-    from agentrl.trainers.sft import sft_checkpoint_path
+    from agentrl.trainers.sft.trainer import sft_checkpoint_path
 
     settings = WarmStartConfig(teacher="optimal", steps=10, lr=1e-3, batch_samples=2, warmup_steps=1, augment=0,
                                weight_decay=0.0)

@@ -17,7 +17,7 @@ from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import WarmStartConfig
 from agentrl.envs.bundles import load_bundle
 from agentrl.testing.cli import run_agentrl
-from agentrl.trainers.sft import sft_checkpoint_path
+from agentrl.trainers.sft.trainer import sft_checkpoint_path
 
 SETTINGS = WarmStartConfig(teacher="optimal", steps=400, lr=3e-3, batch_samples=32, warmup_steps=50, augment=0,
                            weight_decay=0.0)

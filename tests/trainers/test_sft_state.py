@@ -12,9 +12,9 @@ import torch
 from agentrl import interrupts
 from agentrl.envs.bundles import load_bundle
 from agentrl.testing.tiny_models import shared_tiny_model
-from agentrl.trainers.demonstrations import encode_demonstrations
-from agentrl.trainers.sft import train_sft
-from agentrl.trainers.sft_state import STATE_FILE, clear_state, state_dir
+from agentrl.trainers.sft.demonstrations import encode_demonstrations
+from agentrl.trainers.sft.state import STATE_FILE, clear_state, state_dir
+from agentrl.trainers.sft.trainer import train_sft
 
 SMALL = dict(seed=0, vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
              intermediate_size=64, max_position_embeddings=512)
@@ -130,8 +130,8 @@ def test_the_closing_block_says_from_which_step_the_rerun_s_sft_continues(traine
     from agentrl.plan import build_plan
     from agentrl.run import stopped_line
     from agentrl.testing.config import compose_config
-    from agentrl.trainers.sft import sft_checkpoint_path
-    from agentrl.trainers.sft_state import save_state
+    from agentrl.trainers.sft.state import save_state
+    from agentrl.trainers.sft.trainer import sft_checkpoint_path
 
     cfg = compose_config(f"trainer={trainer}", *extra, f"paths.output_root={tmp_path}")
     plan = build_plan(cfg, choices={"trainer": trainer}, run_dir=tmp_path / "run")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrl.config.trainer import GRPOTrainerConfig
-from agentrl.trainers.grpo_math import policy_loss
+from agentrl.trainers.grpo.grpo_math import policy_loss
 
 CAP = 2.0
 # One sample, three model tokens. The learner's old logprobs (p_old) against the engine's (q): token 0 on

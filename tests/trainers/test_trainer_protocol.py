@@ -17,13 +17,13 @@ import pytest
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.plan import PlanError, build_plan
 from agentrl.testing.config import compose_config
-from agentrl.trainers.grpo import GRPOTrainer
-from agentrl.trainers.miles import MilesTrainer
-from agentrl.trainers.protocol import MEMBERS, TrainerBase, missing_members
-from agentrl.trainers.resume import AGENTRL, TRANSFORMERS
-from agentrl.trainers.sft import SFTTrainer
-from agentrl.trainers.step_products import StepStats
-from agentrl.trainers.trl import TRLTrainer
+from agentrl.trainers.common.protocol import MEMBERS, TrainerBase, missing_members
+from agentrl.trainers.common.resume import AGENTRL, TRANSFORMERS
+from agentrl.trainers.common.step_products import StepStats
+from agentrl.trainers.grpo.trainer import GRPOTrainer
+from agentrl.trainers.miles.trainer import MilesTrainer
+from agentrl.trainers.sft.trainer import SFTTrainer
+from agentrl.trainers.trl.trainer import TRLTrainer
 
 SMALL = dict(vocab_size=1024, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
              max_position_embeddings=512)

@@ -19,7 +19,7 @@ from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import TRLTrainerConfig
 from agentrl.plan import Plan
 from agentrl.testing.cli import run_agentrl
-from agentrl.trainers.trl import TRLTrainer
+from agentrl.trainers.trl.trainer import TRLTrainer
 
 SMALL = ["+recipe=gridsim_grpo", "trainer=trl", "trainer.prompts_per_step=4", "trainer.samples_per_prompt=4",
          "trainer.temperature=0.6", "trainer.eval_limit=8", "trainer.eval_every=1", "trainer.checkpoint_every=0",
@@ -111,7 +111,7 @@ def test_dry_run_prints_the_grpo_config_and_the_launch(tmp_path: Path) -> None:
 
 def _settings(agent: Any = None, **trainer: Any) -> RunConfig:
     """Typed settings as the plan holds them (`Plan.settings`): the TRL trainer's, a tool-calling agent's, a
-    model's; the groups trl_args does not read stay unset."""
+    model's; the groups trainers/trl/args.py does not read stay unset."""
     return RunConfig(seed=3, trainer=TRLTrainerConfig(**trainer),
                      agent=agent or ToolCallingAgentConfig(max_turns=4, max_response_tokens=96),
                      model=TinyModelConfig())
@@ -126,7 +126,7 @@ def _plan(settings: RunConfig) -> Plan:
 
 
 def test_overlapped_rollouts_are_the_built_in_trainers_only() -> None:
-    from agentrl.trainers.trl_args import TRLConfigError, check_config
+    from agentrl.trainers.trl.args import TRLConfigError, check_config
 
     with pytest.raises(TRLConfigError, match=r"trainer.max_staleness=1 has no counterpart in TRL.*AsyncGRPOTrainer"):
         check_config(_settings(max_staleness=1))
@@ -135,7 +135,7 @@ def test_overlapped_rollouts_are_the_built_in_trainers_only() -> None:
 def test_mapping_builds_a_real_grpo_config() -> None:
     from trl import GRPOConfig
 
-    from agentrl.trainers.trl_args import grpo_config_kwargs
+    from agentrl.trainers.trl.args import grpo_config_kwargs
 
     settings = _settings(lr=5e-5, steps=7, clip_high=0.28, kl_coef=0.01, loss="gspo", micro_batch_samples=4,
                          extra_args={"mask_truncated_completions": True})
@@ -160,7 +160,7 @@ def test_mapping_builds_a_real_grpo_config() -> None:
     ({}, {"roles": [RoleConfig(name="solver"), RoleConfig(name="selector")]}, "2 roles (solver, selector)"),
 ])
 def test_refusals_name_the_key(trainer: dict, agent: dict, named: str) -> None:
-    from agentrl.trainers.trl_args import TRLConfigError, check_config
+    from agentrl.trainers.trl.args import TRLConfigError, check_config
 
     settings = _settings(CoEvolutionAgentConfig(**agent) if agent else None, **trainer)
     with pytest.raises(TRLConfigError, match=re.escape(named)):
@@ -175,7 +175,7 @@ def test_a_play_becomes_trl_fields(tmp_path: Path) -> None:
     from agentrl.agents.record import Failure, Rollout
     from agentrl.inference.samples import Sample
     from agentrl.models.tiny import ensure_tiny_model
-    from agentrl.trainers.trl_worker import Bridge
+    from agentrl.trainers.trl.worker import Bridge
 
     path = ensure_tiny_model(str(tmp_path / "tiny"), vocab_size=512, hidden_size=32, num_layers=1, num_heads=2,
                              num_kv_heads=1, intermediate_size=64)
@@ -201,7 +201,7 @@ def test_penalized_cut_plays_train_in_their_group_and_env_failures_still_mask_it
     at reward 0 among the others); an env failure masks its group either way."""
     from agentrl.agents.record import Failure
     from agentrl.config.trainer import TRLTrainerConfig
-    from agentrl.trainers.trl_worker import train_plan
+    from agentrl.trainers.trl.worker import train_plan
 
     cut = _played(0.0, [1, 1])
     cut.flag(Failure.TRUNCATED, "the reply hit max_response_tokens")
@@ -236,9 +236,9 @@ def test_a_trl_step_reports_step_stats_as_the_grpo_step_does() -> None:
     from transformers import TrainerControl, TrainerState
 
     from agentrl.group_filter import FAILED
-    from agentrl.trainers.step_products import StepStats
-    from agentrl.trainers.trl_steps import gather_step, make_callback
-    from agentrl.trainers.trl_worker import Bridge
+    from agentrl.trainers.common.step_products import StepStats
+    from agentrl.trainers.trl.steps import gather_step, make_callback
+    from agentrl.trainers.trl.worker import Bridge
 
     sent: list[tuple[int, dict[str, float]]] = []
     bridge = Bridge(_plan(_settings(steps=5, eval_every=0)), services=None, tokenizer=None,

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from agentrl.config.model import TinyModelConfig
-from agentrl.trainers.trl_args import peft_config, peft_kwargs
+from agentrl.trainers.trl.args import peft_config, peft_kwargs
 from tests.trainers.test_trl import SMALL, _cli, _run
 
 LORA = ["model.lora.enabled=true", "model.lora.rank=4", "model.lora.alpha=8", "trainer.lr=0.001"]
@@ -102,7 +102,7 @@ def test_an_adapter_start_is_trained_further_under_lora_and_merged_without(tmp_p
     from transformers import AutoModelForCausalLM
 
     from agentrl.models.tiny import ensure_tiny_model
-    from agentrl.trainers.trl_worker import trained_model
+    from agentrl.trainers.trl.worker import trained_model
 
     base = ensure_tiny_model(str(tmp_path / "tiny"), vocab_size=512, hidden_size=32, num_layers=1, num_heads=2,
                              num_kv_heads=1, intermediate_size=64, max_position_embeddings=64)

@@ -84,7 +84,7 @@ def test_the_teacher_is_read_from_the_typed_trainer_settings() -> None:
         TRLTrainerConfig,
         WarmStartConfig,
     )
-    from agentrl.trainers.warm_start import teacher_setting
+    from agentrl.trainers.sft.warm_start import teacher_setting
 
     assert teacher_setting(SFTTrainerConfig(teacher="greedy")) == ("trainer.teacher", "greedy")
     assert teacher_setting(GRPOTrainerConfig()) == ("trainer.warm_start.teacher", "optimal")
@@ -97,7 +97,7 @@ def test_the_teacher_is_read_from_the_typed_trainer_settings() -> None:
 
 @pytest.mark.slow
 def test_a_warm_start_is_logged_to_the_grpo_run_and_reused_by_the_next(tmp_path: Path, capsys) -> None:
-    from agentrl.trainers.warm_start import warm_start_path
+    from agentrl.trainers.sft.warm_start import warm_start_path
 
     plan = _plan(tmp_path, "+recipe=gridsim_grpo", *SMALL, "trainer.warm_start.steps=10",
                  "trainer.warm_start.batch_samples=2", "trainer.warm_start.augment=0")
@@ -118,7 +118,7 @@ def test_a_warm_start_is_logged_to_the_grpo_run_and_reused_by_the_next(tmp_path:
 
 @pytest.mark.slow
 def test_sft_fit_returns_the_closing_keys_and_logs_its_model(tmp_path: Path, capsys) -> None:
-    from agentrl.trainers.sft import SFTTrainer
+    from agentrl.trainers.sft.trainer import SFTTrainer
 
     plan = _plan(tmp_path, "+recipe=gridsim_sft", *SMALL, "trainer.steps=2", "trainer.batch_samples=2",
                  "trainer.augment=0", "trainer.eval_every=0")
@@ -134,8 +134,8 @@ def test_sft_fit_returns_the_closing_keys_and_logs_its_model(tmp_path: Path, cap
 
 
 def test_a_moved_home_keeps_its_warm_starts_and_one_keyed_by_the_old_path_is_still_found(tmp_path: Path) -> None:
-    from agentrl.trainers.sft import model_key, sft_checkpoint_path
-    from agentrl.trainers.warm_start import warm_start_path
+    from agentrl.trainers.sft.trainer import model_key, sft_checkpoint_path
+    from agentrl.trainers.sft.warm_start import warm_start_path
 
     flagship = ("+recipe=gridsim_grpo", *SMALL)
     a, b = (_plan(tmp_path / home, *flagship) for home in ("a", "b"))

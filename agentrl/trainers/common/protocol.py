@@ -14,14 +14,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from agentrl.trainers.step_products import StepStats
+    from agentrl.trainers.common.step_products import StepStats
 
 
 @runtime_checkable
 class Trainer(Protocol):
     """A training backend, as run.py and plan.py use it."""
 
-    # What `trainer.resume` resolves to at plan time (`trainers/resume.py`: AGENTRL, TRANSFORMERS); None: the
+    # What `trainer.resume` resolves to at plan time (`trainers/common/resume.py`: AGENTRL, TRANSFORMERS); None: the
     # backend does not resume from a checkpoint folder.
     checkpoint_kind: ClassVar[str | None]
     resumes_itself: ClassVar[bool]  # resumes on its own (Miles' --load): trainer.resume=latest needs no folder

@@ -55,7 +55,7 @@ def warm_start_path(plan: Any, tracker: Any = None) -> str:
     the base model (the plan's model source) when the warm start is off. With a tracker, a warm start made here
     is logged to it."""
     from agentrl.models.lora_folder import is_model_folder
-    from agentrl.trainers.sft import role_demonstrations, run_sft, sft_checkpoint_path
+    from agentrl.trainers.sft.trainer import role_demonstrations, run_sft, sft_checkpoint_path
 
     ws = plan.settings.trainer.warm_start
     if not ws.enabled:
@@ -89,8 +89,8 @@ def warm_start_path(plan: Any, tracker: Any = None) -> str:
 def stopped_sft_step(plan: Any) -> int | None:
     """The step a rerun's SFT (trainer=sft, or the warm start) continues from: a stopped SFT's saved state for the
     folder this plan's SFT writes; None when the plan trains no SFT or none was kept."""
-    from agentrl.trainers.sft import sft_checkpoint_path
-    from agentrl.trainers.sft_state import saved_step, state_dir
+    from agentrl.trainers.sft.state import saved_step, state_dir
+    from agentrl.trainers.sft.trainer import sft_checkpoint_path
 
     t = plan.settings.trainer
     if isinstance(t, SFTTrainerConfig):

@@ -6,7 +6,7 @@ start folder (`services.py`), so generation is our embedded engine (transformers
 step's plays the engine gets TRL's current weights (as TRL syncs vLLM). A play's recorded session becomes
 TRL's (prompt_ids, completion_ids, logprobs, env_mask): the first turn's prompt, then everything after it with
 mask 1 on model tokens and 0 on tool/user tokens; its reward reaches TRL through a reward function that
-returns it. Each step is reported as a `StepStats` (`trl_steps.py`), as the built-in GRPO step is. Rank 0 runs
+returns it. Each step is reported as a `StepStats` (`steps.py`), as the built-in GRPO step is. Rank 0 runs
 agentrl's evaluator and sends every metric to a sink (the Tracker, or a JSON Lines file the parent forwards).
 `accelerate launch` starts `agentrl.trl_rank`, which builds the plan and calls `train`.
 """
@@ -37,12 +37,12 @@ from agentrl.play.eval_results import EvalSink
 from agentrl.play.evaluate import trainer_eval
 from agentrl.play.rollout import make_row
 from agentrl.play.services import start_services
-from agentrl.trainers.lora import push
-from agentrl.trainers.resume import TRANSFORMERS, checkpoint_step, resumed_history, write_record
-from agentrl.trainers.step_parts import RowStream
-from agentrl.trainers.step_products import StepStats
-from agentrl.trainers.trl_args import grpo_config_kwargs, peft_config, use_cpu
-from agentrl.trainers.trl_steps import PlayedStep, gather_step, make_callback
+from agentrl.trainers.common.lora import push
+from agentrl.trainers.common.resume import TRANSFORMERS, checkpoint_step, resumed_history, write_record
+from agentrl.trainers.common.step_parts import RowStream
+from agentrl.trainers.common.step_products import StepStats
+from agentrl.trainers.trl.args import grpo_config_kwargs, peft_config, use_cpu
+from agentrl.trainers.trl.steps import PlayedStep, gather_step, make_callback
 
 log = logging.getLogger(__name__)
 Sink = Callable[[dict[str, float], int], None]
@@ -96,7 +96,7 @@ class Bridge:
         self.synced_step = 0  # the engine holds the start folder, which is TRL's step-0 model
         self.calls = 0
         self.played: PlayedStep | None = None  # the last rollout_func call's plays, over every rank
-        self.stats: StepStats | None = None  # the last step's report (trl_steps.make_callback makes it)
+        self.stats: StepStats | None = None  # the last step's report (steps.make_callback makes it)
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
         self.times: Counter[str] = Counter()
 
@@ -206,8 +206,8 @@ def trained_model(settings: Any, start_path: str) -> tuple[Any, Any]:
         return start_path, peft_config(settings)
     from transformers import AutoModelForCausalLM
 
-    from agentrl.trainers.lora import with_adapter
-    from agentrl.trainers.trained_model import train_dtype
+    from agentrl.trainers.common.lora import with_adapter
+    from agentrl.trainers.common.trained_model import train_dtype
 
     model = AutoModelForCausalLM.from_pretrained(base, dtype=train_dtype(settings.model), local_files_only=True)
     return with_adapter(model, start_path, trainable=settings.model.lora.enabled), None

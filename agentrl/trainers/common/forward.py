@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from agentrl.devices import autocast, model_autocast
-from agentrl.trainers.trained_model import checkpointing
+from agentrl.trainers.common.trained_model import checkpointing
 
 # A shared prefix shorter than this is not worth a second forward call.
 MIN_SHARED_PREFIX = 16

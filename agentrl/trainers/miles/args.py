@@ -18,16 +18,16 @@ from urllib.parse import urlparse
 from agentrl.config.inference import SGLangInferenceConfig, VLLMInferenceConfig
 from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import MilesTrainerConfig, miles_algorithm_problem
-from agentrl.trainers.miles_hooks import AGENT_FUNCTION_ENV, DROP_NO_SIGNAL_ENV, MAX_DROPS_ENV
-from agentrl.trainers.miles_lora import lora_args, lora_problem
-from agentrl.trainers.miles_rubric import launch_reward
-from agentrl.trainers.resume import resume_mode
+from agentrl.trainers.common.resume import resume_mode
+from agentrl.trainers.miles.hooks import AGENT_FUNCTION_ENV, DROP_NO_SIGNAL_ENV, MAX_DROPS_ENV
+from agentrl.trainers.miles.lora import lora_args, lora_problem
+from agentrl.trainers.miles.rubric import launch_reward
 
-LAUNCHER_MODULE = "agentrl.trainers.miles_launcher"
+LAUNCHER_MODULE = "agentrl.trainers.miles.launcher"
 # Miles' agentic generate and the agent function, each wrapped so a rollout that fails before the model's first
 # call still carries reward 0 and its failure (Miles drops both otherwise, and its eval crashes on the None).
-GENERATE_FUNCTION = "agentrl.trainers.miles_hooks.generate"
-AGENT_FUNCTION = "agentrl.trainers.miles_hooks.agent_function"
+GENERATE_FUNCTION = "agentrl.trainers.miles.hooks.generate"
+AGENT_FUNCTION = "agentrl.trainers.miles.hooks.agent_function"
 # Miles 0.0.2 registers --custom-agent-function-path (and the new rollout path) only under this flag.
 REFACTOR_ENV = "MILES_EXPERIMENTAL_ROLLOUT_REFACTOR"
 # The name under which Miles' eval mean reward is logged is `eval/<dataset name>`: naming the eval

@@ -48,25 +48,25 @@ from agentrl.play.evaluate import step_line, trainer_eval
 from agentrl.play.policies import MAIN, Policy, main_policy, plan_policies
 from agentrl.play.rollout import make_row
 from agentrl.play.services import start_services
-from agentrl.trainers import checkpoint as ckpt
-from agentrl.trainers.health import HealthWatch
-from agentrl.trainers.no_update import NoUpdateWatch
-from agentrl.trainers.play_ahead import PlayAhead
-from agentrl.trainers.plots import reward_curves
-from agentrl.trainers.policy_steps import (
+from agentrl.trainers.common.no_update import NoUpdateWatch
+from agentrl.trainers.common.plots import reward_curves
+from agentrl.trainers.common.protocol import TrainerBase
+from agentrl.trainers.common.resume import AGENTRL, checkpoint_record
+from agentrl.trainers.common.step_parts import RowStream, checkpoint_root, fill_step, tail_seconds, weight_lag
+from agentrl.trainers.common.step_products import StepBatch, StepStats, StepTimes
+from agentrl.trainers.grpo import checkpoint as ckpt
+from agentrl.trainers.grpo.health import HealthWatch
+from agentrl.trainers.grpo.play_ahead import PlayAhead
+from agentrl.trainers.grpo.policy_steps import (
     advantages,
     load_learners,
     partial_rollouts_problem,
     push_policies,
     update_policies,
 )
-from agentrl.trainers.protocol import TrainerBase
-from agentrl.trainers.resume import AGENTRL, checkpoint_record
-from agentrl.trainers.role_advantages import role_advantage_problem
-from agentrl.trainers.staleness import STALE, EngineIdle, play_staleness, split_stale, staleness_metrics
-from agentrl.trainers.step_parts import RowStream, checkpoint_root, fill_step, tail_seconds, weight_lag
-from agentrl.trainers.step_products import StepBatch, StepStats, StepTimes
-from agentrl.trainers.warm_start import warm_start_path
+from agentrl.trainers.grpo.role_advantages import role_advantage_problem
+from agentrl.trainers.grpo.staleness import STALE, EngineIdle, play_staleness, split_stale, staleness_metrics
+from agentrl.trainers.sft.warm_start import warm_start_path
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 `fit()` checks everything it can before starting anything (Miles installed, GPUs, batch sizes, KL and its
 reference), serves the env (unless `env.server.url`), writes the rows Miles reads as prompt and eval data,
-then runs `python -m agentrl.trainers.miles_launcher` (what Miles' train.py does; the wheel lacks it) on
+then runs `python -m agentrl.trainers.miles.launcher` (what Miles' train.py does; the wheel lacks it) on
 the Ray cluster named by RAY_ADDRESS, or a local one. Miles logs into this run's MLflow run.
 """
 
@@ -22,7 +22,8 @@ from typing import Any
 from agentrl.config.env import EnvServerConfig
 from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import MilesTrainerConfig
-from agentrl.trainers.miles_args import (
+from agentrl.trainers.common.protocol import TrainerBase
+from agentrl.trainers.miles.args import (
     LaunchContext,
     MilesConfigError,
     MilesLaunch,
@@ -33,8 +34,7 @@ from agentrl.trainers.miles_args import (
     miles_settings,
     rollout_gpus,
 )
-from agentrl.trainers.miles_rubric import env_server_reward
-from agentrl.trainers.protocol import TrainerBase
+from agentrl.trainers.miles.rubric import env_server_reward
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class MilesUnavailable(RuntimeError):
 
 def project_root() -> str:
     """The folder holding the `agentrl` package, so Ray workers import the same code."""
-    return str(Path(__file__).resolve().parents[2])
+    return str(Path(__file__).resolve().parents[3])  # agentrl/trainers/miles/trainer.py -> the checkout
 
 
 def _pythonpath() -> str:

@@ -2,7 +2,7 @@
 
 `fit()`: the SFT warm start (the same folder `trainer=grpo` uses), then TRL in this process
 (`trainer.num_processes=1`) or under `accelerate launch` (>1: data-parallel ranks, gloo on CPUs) running
-`trl_worker.py`. Metrics reach the run's Tracker: directly, or from rank 0's JSON Lines file, which a thread
+`worker.py`. Metrics reach the run's Tracker: directly, or from rank 0's JSON Lines file, which a thread
 forwards while the workers run. At the end: the final model (logged), the reward curves, the time totals.
 """
 
@@ -22,12 +22,13 @@ from agentrl.play.dependency import DependencyLost
 from agentrl.play.eval_results import EVALS_DIR, publish
 from agentrl.play.evaluate import step_line
 from agentrl.tracking.trace_file import read_trace_file
-from agentrl.trainers.no_update import NoUpdateWatch
-from agentrl.trainers.plots import reward_curves
-from agentrl.trainers.protocol import TrainerBase
-from agentrl.trainers.resume import TRANSFORMERS, checkpoint_record, resumed_history
-from agentrl.trainers.step_parts import checkpoint_root
-from agentrl.trainers.trl_args import (
+from agentrl.trainers.common.no_update import NoUpdateWatch
+from agentrl.trainers.common.plots import reward_curves
+from agentrl.trainers.common.protocol import TrainerBase
+from agentrl.trainers.common.resume import TRANSFORMERS, checkpoint_record, resumed_history
+from agentrl.trainers.common.step_parts import checkpoint_root
+from agentrl.trainers.sft.warm_start import warm_start_path
+from agentrl.trainers.trl.args import (
     TRLConfigError,
     check_config,
     grpo_config_kwargs,
@@ -36,8 +37,7 @@ from agentrl.trainers.trl_args import (
     report,
     use_cpu,
 )
-from agentrl.trainers.trl_worker import LOST_FILE, TRACES_PREFIX
-from agentrl.trainers.warm_start import warm_start_path
+from agentrl.trainers.trl.worker import LOST_FILE, TRACES_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class TRLTrainer(TrainerBase):
         kwargs = grpo_config_kwargs(s, output_dir=checkpoint_root(s, "<mlflow-run-id>"), cpu=use_cpu(t))
         multi = t.num_processes > 1
         lines = [report(kwargs, launch_command(t, run_dir / "trl_spec.json") if multi else None, peft_kwargs(s)),
-                 "rollout_func: agentrl.trainers.trl_worker.Bridge (agent "
+                 "rollout_func: agentrl.trainers.trl.worker.Bridge (agent "
                  f"{plan.choices.get('agent')}, reward {plan.choices.get('reward')}, max_turns={s.agent.max_turns})",
                  f"eval: agentrl's evaluator on split {s.env.eval_split} (limit {t.eval_limit}) before "
                  f"step 1, every {t.eval_every} steps and after the last"]
@@ -205,7 +205,7 @@ class TRLTrainer(TrainerBase):
             if t.num_processes > 1:
                 final = self._launch(start_path, run_dir, output_dir, resumed)
             else:
-                from agentrl.trainers.trl_worker import train
+                from agentrl.trainers.trl.worker import train
 
                 final = train(self.plan, start_path=start_path, output_dir=str(output_dir), run_dir=str(run_dir),
                               sink=lambda m, step: record(m, step, self.tracker, self.history, self.no_update),
@@ -241,7 +241,7 @@ class TRLTrainer(TrainerBase):
         t = self.settings.trainer
         command = launch_command(t, spec_path)
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])  # the checkout, for workers started from another folder
+        root = str(Path(__file__).resolve().parents[3])  # the checkout (above agentrl/trainers/trl/), for workers started from another folder
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         env.setdefault("OMP_NUM_THREADS", str(t.threads or 1))  # torchrun's default otherwise warns and picks 1
         print(f"trl: launching {t.num_processes} processes: {' '.join(command)}", flush=True)

@@ -57,7 +57,7 @@ def load_trained_model(path: str, model_cfg: ModelConfig, device: Any = "cpu") -
     from transformers import AutoModelForCausalLM
 
     from agentrl.models.lora_folder import adapter_base
-    from agentrl.trainers import lora
+    from agentrl.trainers.common import lora
 
     base = adapter_base(path)
     model = AutoModelForCausalLM.from_pretrained(base or path, dtype=train_dtype(model_cfg)).eval()

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from agentrl.fsutil import atomic_dir
-from agentrl.trainers.resume import write_record
+from agentrl.trainers.common.resume import write_record
 
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
 

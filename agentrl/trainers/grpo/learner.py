@@ -12,18 +12,18 @@ import torch
 
 from agentrl.config.trainer import DEFAULT_ADVANTAGE, DEFAULT_CLIPS, GRPOTrainerConfig
 from agentrl.devices import model_device
-from agentrl.trainers.forward import first_loss_column, next_token_logits
-from agentrl.trainers.grpo_math import (
+from agentrl.trainers.common.forward import first_loss_column, next_token_logits
+from agentrl.trainers.common.lora import push as push_weights
+from agentrl.trainers.common.lora import trainable_parameters
+from agentrl.trainers.grpo.grpo_math import (
     group_advantages,
     logprobs_and_entropy,
     overlong_penalty,
     policy_loss,
     token_logprobs,
 )
-from agentrl.trainers.lora import push as push_weights
-from agentrl.trainers.lora import trainable_parameters
-from agentrl.trainers.lr_schedules import lr_factor, set_lr
-from agentrl.trainers.role_advantages import RoleBaselines, hierarchical_advantages, per_role_advantages
+from agentrl.trainers.grpo.lr_schedules import lr_factor, set_lr
+from agentrl.trainers.grpo.role_advantages import RoleBaselines, hierarchical_advantages, per_role_advantages
 
 # What `Learner.step` logs under train/ (besides grad_norm and tokens); a step with nothing to train logs zeros.
 STEP_METRICS = ("loss", "kl", "entropy", "clip_fraction", "approx_kl", "tis_weight_mean", "tis_clipped_frac",

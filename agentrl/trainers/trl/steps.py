@@ -17,7 +17,7 @@ from typing import Any
 
 from agentrl.agents.record import Rollout
 from agentrl.interrupts import stop_point
-from agentrl.trainers.step_products import StepBatch, StepStats, StepTimes
+from agentrl.trainers.common.step_products import StepBatch, StepStats, StepTimes
 
 # TRL's log keys that mean what one of ours means (TRL's own names are kept beside, under trl/).
 SAME_MEANING = {"loss": "train/loss", "grad_norm": "train/grad_norm", "kl": "train/kl",
@@ -86,7 +86,7 @@ def update_metrics(logs: Mapping[str, float], played: PlayedStep, *, kl_coef: fl
         update["train/kl"] = 0.0  # TRL computes no KL without beta; the built-in trainer logs 0 then
     update["train/tokens"] = float(played.trained_tokens)
     # TRL steps its optimizer whatever it is given; with every group masked out (failed) or without signal that
-    # step moves nothing, so it counts as no update, as under trainer=grpo (trainers/no_update.py).
+    # step moves nothing, so it counts as no update, as under trainer=grpo (trainers/common/no_update.py).
     update["train/updates"] = float(bool(played.batch.kept) and played.trained_tokens > 0)
     return update
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrl.play.policies import MAIN, Policy
-from agentrl.trainers.learner import STEP_METRICS, Algorithm, Learner, TrainItem
+from agentrl.trainers.grpo.learner import STEP_METRICS, Algorithm, Learner, TrainItem
 
 
 def partial_rollouts_problem(settings: Any) -> str | None:
@@ -48,7 +48,7 @@ def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu", *, mo
     gets an adapter of its own; a frozen one gets none (it is never loaded to train)."""
     from transformers import AutoTokenizer
 
-    from agentrl.trainers.trained_model import load_trained_model, lora_settings
+    from agentrl.trainers.common.trained_model import load_trained_model, lora_settings
 
     for p in policies:
         if p.trainable:
@@ -76,7 +76,7 @@ def update_policies(batches: Sequence[tuple[Policy, list[TrainItem]]], step: int
     """Each policy's update (`Learner.step`: `trainer.epochs` x `mini_batches` optimizer steps) on its own samples; the metrics under `metric_prefix(policy)`.
 
     With `step` (1-based), each learner first takes that step's learning rate (`Learner.at_step`, logged as
-    `lr`). A policy without samples (every group dropped) logs zeros and `updates` 0 (trainers/no_update.py).
+    `lr`). A policy without samples (every group dropped) logs zeros and `updates` 0 (trainers/common/no_update.py).
     """
     metrics: dict[str, float] = {}
     for p, items in batches:

@@ -32,11 +32,11 @@ from agentrl.fsutil import atomic_dir
 from agentrl.interrupts import between_steps, stop_point
 from agentrl.play.eval_results import EvalSink
 from agentrl.play.evaluate import evaluate
-from agentrl.trainers.demonstrations import demonstration_data, role_demonstrations
-from agentrl.trainers.forward import first_loss_column, next_token_logits
-from agentrl.trainers.lora import trainable_parameters
-from agentrl.trainers.protocol import TrainerBase
-from agentrl.trainers.sft_state import clear_state, fingerprint, load_state, save_state, state_dir
+from agentrl.trainers.common.forward import first_loss_column, next_token_logits
+from agentrl.trainers.common.lora import trainable_parameters
+from agentrl.trainers.common.protocol import TrainerBase
+from agentrl.trainers.sft.demonstrations import demonstration_data, role_demonstrations
+from agentrl.trainers.sft.state import clear_state, fingerprint, load_state, save_state, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def train_sft(model: Any, tokenizer: Any, data: Sequence[tuple[list[int], list[i
               weight_decay: float = 0.0, state: Path | None = None) -> float:
     """AdamW over `steps` batches drawn (seeded) from `data`; returns the last loss. With a `state` folder, a
     Ctrl-C or SIGTERM between steps saves the run there and a later call with the same settings and data
-    continues it (`sft_state.py`)."""
+    continues it (`state.py`)."""
     if not data:
         raise ValueError("SFT has no demonstrations to train on")
     rng = random.Random(seed)
@@ -274,7 +274,7 @@ def run_sft(plan: Any, output_dir: Path, settings: SFTSettings, *, eval_every: i
     from transformers import AutoTokenizer
 
     from agentrl.play.services import start_services
-    from agentrl.trainers.trained_model import load_trained_model
+    from agentrl.trainers.common.trained_model import load_trained_model
 
     run = plan.settings
     torch.manual_seed(run.seed)

@@ -146,7 +146,7 @@ def grpo_config_kwargs(settings: RunConfig, *, output_dir: str | Path, cpu: bool
         "output_dir": str(output_dir),
         "max_steps": t.steps,
         "learning_rate": t.lr,
-        "lr_scheduler_type": LR_SCHEDULER_TYPES[t.lr_schedule],  # as trainer=grpo's (lr_schedules.py)
+        "lr_scheduler_type": LR_SCHEDULER_TYPES[t.lr_schedule],  # as trainer=grpo's (trainers/grpo/lr_schedules.py)
         "warmup_steps": t.lr_warmup_steps,
         "optim": "adamw_torch",
         "weight_decay": t.weight_decay,

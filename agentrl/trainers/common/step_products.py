@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from agentrl.agents.record import Rollout
-from agentrl.trainers.step_parts import drop_metrics, rollout_metrics
+from agentrl.trainers.common.step_parts import drop_metrics, rollout_metrics
 
 
 @dataclass

@@ -14,7 +14,7 @@ from agentrl.agents.record import Play, miles_rollout, miles_rubric_metadata
 from agentrl.rewards import RewardGroup, episode_score
 
 REWARD_ENV = "AGENTRL_REWARD"  # the run's `reward` config (JSON) for the hook to build in a Ray worker
-HOOK = "agentrl.trainers.miles_rubric.reward_func"
+HOOK = "agentrl.trainers.miles.rubric.reward_func"
 
 _group: RewardGroup | None = None
 

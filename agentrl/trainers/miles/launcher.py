@@ -1,4 +1,4 @@
-"""`python -m agentrl.trainers.miles_launcher MILES_ARGS...`: one Miles GRPO job (what Miles' train.py does).
+"""`python -m agentrl.trainers.miles.launcher MILES_ARGS...`: one Miles GRPO job (what Miles' train.py does).
 
 The miles-rl 0.0.2 wheel does not ship train.py, so this module drives the wheel's own pieces in the same
 order: placement groups -> rollout manager (SGLang engines, router, session server) -> training actors ->
@@ -22,7 +22,7 @@ from typing import Any
 
 log = logging.getLogger("agentrl.miles")
 
-# Variables forwarded into Ray workers besides those miles_args sets (which arrive in os.environ).
+# Variables forwarded into Ray workers besides those miles/args.py sets (which arrive in os.environ).
 FORWARDED_PREFIXES = ("MILES_", "MLFLOW_", "AGENTRL_", "PYTHONPATH", "HF_", "TRANSFORMERS_", "NCCL_", "CUDA_")
 
 

@@ -4,7 +4,7 @@ Step `s` of `steps` (counted from 1) trains at `lr x lr_factor(s, ...)`: `s / wa
 first step already moves), then the schedule over the remaining steps, from the full rate at the first step
 after the warmup towards 0 one step past the last. The factor is a pure function of the step, so a resumed run
 trains at the same rates as one that never stopped. TRL maps the same names onto transformers' schedules
-(`trl_args.py`), whose warmup starts at 0, one step behind this one.
+(`trainers/trl/args.py`), whose warmup starts at 0, one step behind this one.
 """
 
 from __future__ import annotations
