@@ -1,7 +1,8 @@
-"""The import contracts in pyproject.toml (`lint-imports`) list backend files and bundles by hand: a file or bundle
-added without its entry would go unguarded. Every backend file (trainers/grpo*, trl*, miles*, sft*, the warm
-start, the TRL rank entry) is in one backend's contract, and every backend's contract forbids each other backend
-whole or not at all; every bundle is in the bundles-are-plugins and sibling-independence contracts."""
+"""The import contracts in pyproject.toml (`lint-imports`) name backend packages and bundles by hand: a backend or
+bundle added without its entry would go unguarded. Every backend is a package under agentrl/trainers/ (no module
+sits loose there); grpo, trl and miles are in the backends' independence contract, sft (the layer grpo and trl
+build on) forbids each of them and the TRL rank entry, the rank entry forbids every backend but TRL, and common
+forbids them all; every bundle is in the bundles-are-plugins and sibling-independence contracts."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from pathlib import Path
 from agentrl.envs.bundles import GENERATED
 
 REPO = Path(__file__).resolve().parents[1]
+TRAINERS = REPO / "agentrl" / "trainers"
+SHARED = "agentrl.trainers.common"  # what several backends share: a package, but no backend
+SFT = "agentrl.trainers.sft"  # the layer grpo and trl build on (the warm start): below them, not beside them
+TRL_RANK = "agentrl.trl_rank"  # TRL's rank entry, above the plan (it composes), so outside trainers/
 
 
 def contracts() -> dict[str, dict]:
@@ -18,12 +23,8 @@ def contracts() -> dict[str, dict]:
     return {c["id"]: c for c in config["tool"]["importlinter"]["contracts"]}
 
 
-def backend_files() -> set[str]:
-    trainers = REPO / "agentrl" / "trainers"
-    found = {f"agentrl.trainers.{p.parent.name}.{p.stem}" for backend in ("trl", "miles")
-             for p in (trainers / backend).glob("*.py") if p.stem != "__init__"}
-    return found | {"agentrl.trainers.grpo.trainer", "agentrl.trainers.sft.trainer", "agentrl.trainers.sft.state",
-                    "agentrl.trainers.sft.warm_start", "agentrl.trl_rank"}
+def backend_packages() -> set[str]:
+    return {f"agentrl.trainers.{p.parent.name}" for p in TRAINERS.glob("*/__init__.py")} - {SHARED}
 
 
 def bundles() -> set[str]:
@@ -33,14 +34,19 @@ def bundles() -> set[str]:
     return {f"agentrl.envs.{name}" for name in folders | generated}
 
 
-def test_every_backend_file_is_in_one_backend_contract() -> None:
-    backends = {cid: c for cid, c in contracts().items() if cid.startswith("backends-are-independent-")}
-    owners = {m: [cid for cid, c in backends.items() if m in c["source_modules"]] for m in backend_files()}
-    assert {m: cids for m, cids in owners.items() if len(cids) != 1} == {}
-    for cid, c in backends.items():
-        for other, d in backends.items():
-            forbidden = set(d["source_modules"]) & set(c["forbidden_modules"])
-            assert forbidden in (set(), set(d["source_modules"])), f"{cid} forbids only part of {other}"
+def test_every_backend_is_a_package_in_the_backend_contracts() -> None:
+    c = contracts()
+    found = backend_packages()
+    assert {"agentrl.trainers.grpo", "agentrl.trainers.trl", "agentrl.trainers.miles", SFT} <= found, found
+    assert sorted(p.name for p in TRAINERS.glob("*.py")) == ["__init__.py"], "a module loose in trainers/"
+    independent = set(c["backends-are-independent"]["modules"])
+    assert independent == found - {SFT}
+    assert c["sft-imports-no-backend"]["source_modules"] == [SFT]
+    assert set(c["sft-imports-no-backend"]["forbidden_modules"]) == independent | {TRL_RANK}
+    assert c["trl-rank-is-trl"]["source_modules"] == [TRL_RANK]
+    assert set(c["trl-rank-is-trl"]["forbidden_modules"]) == independent - {"agentrl.trainers.trl"}
+    assert c["common-imports-no-backend"]["source_modules"] == [SHARED]
+    assert set(c["common-imports-no-backend"]["forbidden_modules"]) == found | {TRL_RANK}
 
 
 def test_every_bundle_is_guarded() -> None:
