@@ -51,6 +51,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--profile", action="store_true", help="torch.profiler's op table over 4 decode steps")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--gap", type=int, default=0,
+                    help="also serve N of the rows through the engine's own worker (32 tokens each, T=1) and print "
+                         "their logprobs' gap to a fresh float32 forward pass of the same model, row by row")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -113,7 +116,31 @@ def main() -> None:
                     engine._decode_step()
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25), flush=True)
         engine._batch.clear()
+    engine._forward, engine._sample = forward, sample  # type: ignore[method-assign]
+    if args.gap:
+        logprob_gap(engine, prompts, args.gap)
     engine.close(timeout=5)
+
+
+def logprob_gap(engine: EmbeddedEngine, prompts: list[list[int]], n: int) -> None:
+    """The engine's logprobs (its worker, the rows batched with a shared prefix) against a fresh unbatched forward
+    pass of a float32 copy of its weights, over n rows of 32 sampled tokens."""
+    import copy
+
+    futures = [engine.submit(p, max_tokens=32, temperature=1.0, ignore_eos=True) for p in prompts]
+    done = [f.result() for f in futures][:n]
+    ref = copy.deepcopy(engine.model).float().eval()
+    gaps = []
+    with torch.inference_mode():
+        for p, c in zip(prompts, done, strict=False):
+            logits = ref(torch.tensor([p + c.token_ids])).logits[0].float()
+            logp = torch.log_softmax(logits, dim=-1)[len(p) - 1 : -1]
+            expect = logp.gather(1, torch.tensor(c.token_ids)[:, None])[:, 0]
+            gaps.append((torch.tensor(c.logprobs) - expect).abs())
+    gap = torch.cat(gaps)
+    print(f"logprob gap, engine ({engine.dtype}) vs a fresh float32 forward pass, {len(gap)} tokens of {len(done)} "
+          f"rows: mean {gap.mean():.2e}, max {gap.max():.2e}; the engine shared {engine.stats.shared_prefix_tokens} "
+          f"prefix tokens", flush=True)
 
 
 if __name__ == "__main__":

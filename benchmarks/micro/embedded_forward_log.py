@@ -1,6 +1,6 @@
 """The session server over the embedded engine, in a process of its own, logging every forward pass.
 
-    python benchmarks/micro/embedded_forward_log.py MODEL_FOLDER PORT [THREADS]
+    python benchmarks/micro/embedded_forward_log.py MODEL_FOLDER PORT [THREADS [DTYPE]]
 
 bench_vllm.py starts it beside a vLLM server so both engines answer the same OpenAI chats over a socket, each in
 its own process. Besides the session API it serves `GET /bench/forwards`: the forward passes since the last call
@@ -53,7 +53,8 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(int(sys.argv[3]))
-    engine = EmbeddedEngine(model, max_batch_sequences=64)
+    dtype = sys.argv[4] if len(sys.argv) > 4 else "auto"  # the engine's inference.dtype
+    engine = EmbeddedEngine(model, max_batch_sequences=64, dtype=dtype)
     log = ForwardLog(engine)
     server = SessionServer(engine, port=port, default_max_tokens=96)
     server.app.add_api_route("/bench/forwards", lambda: {"forwards": log.take()}, methods=["GET"])
