@@ -349,7 +349,7 @@ def _session_metadata(session: Session, tokenizer: Any) -> dict[str, Any]:
         except MessageValidationError:
             return meta
         decoded = tokenizer.decode(session.token_ids, skip_special_tokens=False)
-        if rendered.startswith(decoded) and not rendered[len(decoded):].strip():
+        if rendered.startswith(decoded) and _only_closes_the_turn(tokenizer, rendered[len(decoded):]):
             meta["tito_session_mismatch"] = []
         else:
             at = next((i for i, (a, b) in enumerate(zip(decoded, rendered, strict=False)) if a != b),
@@ -357,3 +357,13 @@ def _session_metadata(session: Session, tokenizer: Any) -> dict[str, Any]:
             meta["tito_session_mismatch"] = [{"type": "text", "position": at,
                                               "tokens": decoded[at:at + 40], "rendered": rendered[at:at + 40]}]
     return meta
+
+
+def _only_closes_the_turn(tokenizer: Any, tail: str) -> bool:
+    """Whether what the canonical render adds past the session's tokens is whitespace and special tokens only: a
+    last reply cut at its length has no end-of-turn token, which the render writes (`<|im_end|>`)."""
+    if not tail.strip():
+        return True
+    ids = tokenizer.encode(tail, add_special_tokens=False)
+    special = set(tokenizer.all_special_ids)
+    return all(i in special or not tokenizer.decode([i]).strip() for i in ids)

