@@ -81,7 +81,7 @@ def test_thinker_verifier_starts_with_a_nonzero_eval_reward_from_its_warm_start(
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     run = next(r for r in runs if "eval/reward" in r.data.metrics)
     start = [m.value for m in client.get_metric_history(run.info.run_id, "eval/reward") if m.step == 0]
-    # The warm start's own eval plays the same weights as step 0's on 4 tasks, sampled at T=0.7 with other seeds:
-    # either can draw 0 by chance (CI did, once the sampler's draws changed), so their mean carries the claim.
-    both = [start[0] if start else 0.0, run.data.metrics["warm_start/eval/reward"]]
-    assert start and sum(both) > 0, f"the warm start's evals scored {both}"
+    assert start and start[0] > 0, f"the eval before any GRPO step scored {start}"
+    # The warm start's own eval plays the same weights on 4 tasks sampled with other seeds: it can draw 0 by chance
+    # (CI did, once the sampler's draws changed); step 0's above carries the claim, this one must be logged.
+    assert 0.0 <= run.data.metrics["warm_start/eval/reward"] <= 1.0
