@@ -110,8 +110,8 @@ def build(parts: Sequence[tuple[Sequence[tuple[torch.Tensor, torch.Tensor]], tor
 
 def select(cache: SlabCache, rows: torch.Tensor, trim: int, headroom: int) -> SlabCache:
     """The cache of `rows` only, without its first `trim` columns, in new buffers with `headroom` free columns."""
-    parts = [[(layer.keys[:, :, trim:], layer.values[:, :, trim:]) for layer in cache.layers]]
-    return build([(parts[0], rows)], headroom)
+    kv = [(layer.keys[:, :, trim:], layer.values[:, :, trim:]) for layer in cache.layers]
+    return build([(kv, rows)], headroom)
 
 
 def layers_of(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -66,26 +66,19 @@ def main() -> None:
     print(f"{len(prompts)} rows, prompts {min(map(len, prompts))}-{max(map(len, prompts))} tokens, "
           f"{len({tuple(p) for p in prompts})} distinct; dtype {engine.dtype}; {torch.get_num_threads()} threads",
           flush=True)
-    forward = engine._forward
-    spent = {"forward": 0.0}
+    forward, sample = engine._forward, engine._sample
+    spent = {"forward": 0.0, "sample": 0.0}
 
-    def timed(*a):
-        t0 = time.perf_counter()
-        out = forward(*a)
-        spent["forward"] += time.perf_counter() - t0
-        return out
+    def timed(key, fn):
+        def wrapped(*a):
+            t0 = time.perf_counter()
+            out = fn(*a)
+            spent[key] += time.perf_counter() - t0
+            return out
+        return wrapped
 
-    engine._forward = timed  # type: ignore[method-assign]
-    sample = engine._sample
-    spent["sample"] = 0.0
-
-    def timed_sample(*a):
-        t0 = time.perf_counter()
-        out = sample(*a)
-        spent["sample"] += time.perf_counter() - t0
-        return out
-
-    engine._sample = timed_sample  # type: ignore[method-assign]
+    engine._forward = timed("forward", forward)  # type: ignore[method-assign]
+    engine._sample = timed("sample", sample)  # type: ignore[method-assign]
     steps = args.steps + (4 if args.profile else 0)
     with torch.inference_mode():
         engine._prefill(requests(prompts[:2], 2))  # warm-up
