@@ -15,6 +15,7 @@ import torch
 
 from agentrl.inference import kv_cache
 from agentrl.inference.completion import Request
+from agentrl.inference.prefix_cache import MIN_SHARED_PREFIX, SharedPrefix
 
 # A temperature below this samples greedily (as SGLang's _SAMPLING_EPS): dividing float32 logits by a
 # tinier one overflows to inf, and the NaN probabilities that follow would kill the engine's worker.
@@ -28,12 +29,16 @@ class DecodeBatch:
     to a common width, so every row's newest token sits in the last column.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, share_prefix: bool = True) -> None:
         self.reqs: list[Request] = []
         self.cache: kv_cache.SlabCache | None = None  # preallocated, written in place (`kv_cache`)
         self.mask: torch.Tensor | None = None  # [B, L] 1 where the cache holds a real token
         self.next_pos: torch.Tensor | None = None  # [B] position id of the next token fed
         self.last_tok: torch.Tensor | None = None  # [B] sampled, not yet in the cache
+        # Positions 0..P-1 of every row, held once (`prefix_attention`); `cache` and `mask` hold the columns
+        # after it. None: the rows hold all their columns. `share_prefix=False` (a GPU) keeps none.
+        self.prefix: SharedPrefix | None = None
+        self.share_prefix = share_prefix
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -41,23 +46,35 @@ class DecodeBatch:
     def clear(self) -> None:
         """Forget every row (and free the cache)."""
         self.reqs, self.cache, self.mask, self.next_pos, self.last_tok = [], None, None, None, None
+        self.prefix = None
 
     def merge(self, reqs: list[Request], kv: Sequence[tuple[torch.Tensor, torch.Tensor]], rows: torch.Tensor | None,
-              mask: torch.Tensor, next_pos: torch.Tensor, last: torch.Tensor) -> None:
+              mask: torch.Tensor, next_pos: torch.Tensor, last: torch.Tensor,
+              prefix: SharedPrefix | None = None) -> None:
         """Add newly prefilled rows to the batch, left-padding whichever cache is shorter.
 
-        `kv` is the prefill's per-layer (keys, values); `rows` picks (and may repeat) its rows, one per request
-        (None: one row each). `mask`, `next_pos` and `last` are already one row per request.
+        `kv` is the prefill's per-layer (keys, values) of the columns after `prefix`; `rows` picks (and may
+        repeat) its rows, one per request (None: one row each). `mask`, `next_pos` and `last` are already one row
+        per request. The batch keeps apart the prefix both it and the new rows share; the columns of either
+        prefix past that go into its rows.
         """
         headroom = remaining_tokens(self.reqs + reqs)
+        keep = 0
+        if self.share_prefix and prefix is not None:
+            keep = len(prefix) if not self.reqs else prefix.shared_with(self.prefix) if self.prefix else 0
+            keep = keep if keep >= MIN_SHARED_PREFIX else 0
+        kv, mask = unshare(prefix, keep, kv, mask)
         if not self.reqs:
             self.cache = kv_cache.build([(kv, rows)], headroom)
             self.reqs, self.mask, self.next_pos, self.last_tok = reqs, mask, next_pos, last
+            self.prefix = prefix.head(keep) if prefix is not None and keep else None
             return
         assert self.mask is not None and self.next_pos is not None and self.last_tok is not None
-        width = max(self.mask.shape[1], mask.shape[1])
-        self.cache = kv_cache.build([(kv_cache.layers_of(self.cache), None), (kv, rows)], headroom)
-        self.mask = torch.cat([left_pad(self.mask, width, dim=1), left_pad(mask, width, dim=1)], dim=0)
+        own, own_mask = unshare(self.prefix, keep, kv_cache.layers_of(self.cache), self.mask)
+        self.prefix = self.prefix.head(keep) if self.prefix is not None and keep else None
+        width = max(own_mask.shape[1], mask.shape[1])
+        self.cache = kv_cache.build([(own, None), (kv, rows)], headroom)
+        self.mask = torch.cat([left_pad(own_mask, width, dim=1), left_pad(mask, width, dim=1)], dim=0)
         self.next_pos = torch.cat([self.next_pos, next_pos])
         self.last_tok = torch.cat([self.last_tok, last])
         self.reqs = self.reqs + reqs
@@ -78,6 +95,19 @@ class DecodeBatch:
         self.mask = mask[:, trim:]
         self.next_pos = self.next_pos[idx]
         self.last_tok = self.last_tok[idx]
+
+
+def unshare(prefix: SharedPrefix | None, keep: int, kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
+            mask: torch.Tensor) -> tuple[Sequence[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    """Rows `kv` / `mask` that shared `prefix` and now share only its first `keep` tokens: the rest of the prefix's
+    columns copied in front of each row's own (a row's columns need not be in position order: positions live
+    in the keys, and the mask says which columns are real)."""
+    if prefix is None or keep >= len(prefix):
+        return kv, mask
+    cols = prefix.columns(keep, kv[0][0].shape[0])
+    kv = [(torch.cat([ck, k], dim=2), torch.cat([cv, v], dim=2)) for (ck, cv), (k, v) in zip(cols, kv, strict=True)]
+    ones = torch.ones((mask.shape[0], len(prefix) - keep), dtype=mask.dtype, device=mask.device)
+    return kv, torch.cat([ones, mask], dim=1)
 
 
 def remaining_tokens(reqs: Sequence[Request], most: int = 512) -> int:

@@ -56,26 +56,23 @@ from agentrl.inference.completion import (
     default_stop_ids,
     resolve,
 )
+from agentrl.inference.prefix_attention import KWARG as PREFIX_KWARG
+from agentrl.inference.prefix_attention import use_shared_prefix
+from agentrl.inference.prefix_cache import (
+    MIN_SHARED_PREFIX,
+    PrefixCache,
+    SharedPrefix,
+    common_length,
+    shared_prefix,
+)
 from agentrl.inference.weights import load_state_dict, validate_state_dict
 
-__all__ = ["Completion", "EmbeddedEngine", "EngineStats", "EngineUnavailable"]
+__all__ = ["Completion", "EmbeddedEngine", "EngineStats", "EngineUnavailable", "shared_prefix"]
 
 log = logging.getLogger(__name__)
 
 PUSH_MODES = ("wait", "keep")  # update_weights: finish the running batch first | apply between decode steps
 _WAKE = object()  # queue sentinel: wakes an idle worker (a weight update or close is pending)
-MIN_SHARED_PREFIX = 16  # prompts prefilled together that open with this many tokens alike run them once
-
-
-def shared_prefix(prompts: list[tuple[int, ...]]) -> int:
-    """How many leading tokens every prompt shares, leaving each at least one token of its own."""
-    low, high = min(prompts), max(prompts)  # the lexicographic extremes share what every prompt shares
-    n = 0
-    for a, b in zip(low, high, strict=False):
-        if a != b:
-            break
-        n += 1
-    return min(n, min(len(p) for p in prompts) - 1)
 
 
 class EmbeddedEngine:
@@ -138,7 +135,11 @@ class EmbeddedEngine:
         self.stopped = threading.Event()  # set once the worker has exited and failed every pending request
         self._rng = torch.Generator(device="cpu")
         self._rng.seed()
-        self._batch = DecodeBatch()  # owned by the worker thread
+        # The prompt prefix every chat opens with is computed once and kept (`prefix_cache`); on a CPU the rows
+        # also attend to one copy of it (`prefix_attention`: attention there is bound by reading the K/V).
+        use_shared_prefix(self.model)
+        self._prefixes = PrefixCache(self._compute_prefix)
+        self._batch = DecodeBatch(share_prefix=self.device.type == "cpu")  # owned by the worker thread
         self._thread = threading.Thread(target=self._worker, name="agentrl-engine", daemon=True)
         self._thread.start()
 
@@ -268,6 +269,7 @@ class EmbeddedEngine:
             # its weights go now, not with the last reference (a warm start's eval engine kept 0.5 GB of SmolLM2).
             self.model = self._adapter_base = None
             self._batch = DecodeBatch()
+            self._prefixes.clear()
 
     def __enter__(self) -> EmbeddedEngine:
         return self
@@ -385,8 +387,11 @@ class EmbeddedEngine:
             except Exception as exc:  # a bad update fails its caller, not the engine
                 fut.set_exception(exc)
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
-        """One forward pass; returns the last position's logits [B, V] and the grown cache."""
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any,
+                 prefix: SharedPrefix | None = None) -> tuple[torch.Tensor, Any]:
+        """One forward pass after `prefix` (positions 0..P-1 of every row, held once); returns the last position's
+        logits [B, V] and the grown cache (the columns after the prefix)."""
+        extra = {PREFIX_KWARG: prefix.kv} if prefix is not None else {}
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -394,6 +399,7 @@ class EmbeddedEngine:
             use_cache=True,
             logits_to_keep=1,
             **{self._cache_kwarg: cache},
+            **extra,
         )
         return out.logits[:, -1, :], getattr(out, self._cache_kwarg)
 
@@ -405,44 +411,58 @@ class EmbeddedEngine:
         # request its own copy of that row's cache (n x fewer prefill tokens; decoding is per row as before).
         distinct: dict[tuple[int, ...], int] = {}
         rows = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in reqs]
-        logits, kv, mask = self._prefill_distinct(list(distinct))
+        prompts = list(distinct)
+        computed = self._prefixes.computed_tokens
+        prefix = self._prefix_for(prompts)
+        logits, kv, mask = self._prefill_rows(prompts, prefix)
         index = None
         if len(distinct) < len(reqs):
             index = torch.tensor(rows, device=self.device)
             logits, mask = logits[index], mask[index]
         self.stats.prefill_passes += 1
         self.stats.prefill_rows += len(distinct)
+        if prefix is not None:
+            self.stats.shared_prefix_tokens += len(prefix) * len(prompts) - (self._prefixes.computed_tokens - computed)
         tokens = self._sample(logits, reqs)
         next_pos = torch.tensor([len(r.prompt_ids) for r in reqs], device=self.device)
-        self._batch.merge(reqs, kv, index, mask, next_pos, tokens)
+        self._batch.merge(reqs, kv, index, mask, next_pos, tokens, prefix)
         self._retire()
 
-    def _prefill_distinct(self, prompts: list[tuple[int, ...]]) -> tuple[torch.Tensor, list, torch.Tensor]:
-        """Prefill `prompts`: (last logits [P, V], per-layer (keys, values) [P, H, W, D], attention mask [P, W]).
+    def _prefix_for(self, prompts: list[tuple[int, ...]]) -> SharedPrefix | None:
+        """The prefix `prompts` share (no longer than what they share with the running batch's, so that the
+        batch keeps its own), from the prefix cache; None when they share too little."""
+        n = shared_prefix(prompts)
+        held = self._batch.prefix
+        if self._batch and held is not None and held.version == self.weight_version:
+            alike = common_length(held.ids, prompts[0])
+            n = min(n, alike) if alike >= MIN_SHARED_PREFIX else n  # else the batch gives its prefix up anyway
+        if n < MIN_SHARED_PREFIX:
+            return None
+        return self._prefixes.get(prompts[0][:n], self.weight_version)
 
-        Prompts that open alike (a system prompt and tool schema shared by every chat) run that shared prefix
-        once, as one row; its K/V is then given to every row and only the rest of each prompt is run, left-padded
-        after the prefix (the padding sits between prefix and suffix, masked out, with positions that carry on
-        from the prefix), as a prefix cache would.
-        """
+    def _compute_prefix(self, ids: Any, base: SharedPrefix | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """K/V of `base` followed by `ids`, run as one row (the prefix cache's compute)."""
+        start = len(base) if base is not None else 0
+        if base is None:
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=self.model.config)
+        else:
+            cache = kv_cache.build([(base.kv, None)], len(ids))
+        row = torch.tensor([list(ids)], device=self.device)
+        mask = torch.ones((1, start + len(ids)), dtype=torch.long, device=self.device)
+        _, cache = self._forward(row, mask, torch.arange(start, start + len(ids), device=self.device)[None, :], cache)
+        return kv_cache.layers_of(cache)
+
+    def _prefill_rows(self, prompts: list[tuple[int, ...]], prefix: SharedPrefix | None,
+                      ) -> tuple[torch.Tensor, list, torch.Tensor]:
+        """Prefill what follows `prefix` in each prompt (left-padded): (last logits [P, V], per-layer (keys,
+        values) [P, H, W, D] of those columns, their attention mask [P, W])."""
         from transformers import DynamicCache
 
-        shared = shared_prefix(prompts) if len(prompts) > 1 else 0
-        cache = DynamicCache(config=self.model.config)
-        if shared < MIN_SHARED_PREFIX:
-            ids, mask, pos = prefill_inputs(prompts, self.pad_id, self.device)
-            logits, cache = self._forward(ids, mask, pos, cache)
-            return logits, kv_cache.layers_of(cache), mask
-        head = torch.tensor([prompts[0][:shared]], device=self.device)
-        ones = torch.ones_like(head)
-        _, cache = self._forward(head, ones, torch.arange(shared, device=self.device)[None, :], cache)
-        for layer in cache.layers:  # one row's prefix, seen by every row (copied once by the next pass's update)
-            layer.keys = layer.keys.expand(len(prompts), -1, -1, -1)
-            layer.values = layer.values.expand(len(prompts), -1, -1, -1)
-        ids, tail_mask, pos = prefill_inputs([p[shared:] for p in prompts], self.pad_id, self.device)
-        mask = torch.cat([ones.expand(len(prompts), -1), tail_mask], dim=1)
-        logits, cache = self._forward(ids, mask, pos + shared, cache)
-        self.stats.shared_prefix_tokens += shared * (len(prompts) - 1)
+        start = len(prefix) if prefix is not None else 0
+        ids, mask, pos = prefill_inputs([p[start:] for p in prompts], self.pad_id, self.device)
+        logits, cache = self._forward(ids, mask, pos + start, DynamicCache(config=self.model.config), prefix)
         return logits, kv_cache.layers_of(cache), mask
 
     def _decode_step(self) -> None:
@@ -450,7 +470,7 @@ class EmbeddedEngine:
         assert b.mask is not None and b.next_pos is not None and b.last_tok is not None
         ones = torch.ones((len(b), 1), dtype=b.mask.dtype, device=self.device)
         b.mask = torch.cat([b.mask, ones], dim=1)
-        logits, b.cache = self._forward(b.last_tok[:, None], b.mask, b.next_pos[:, None], b.cache)
+        logits, b.cache = self._forward(b.last_tok[:, None], b.mask, b.next_pos[:, None], b.cache, b.prefix)
         b.next_pos = b.next_pos + 1
         self.stats.decode_steps += 1
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(b))

@@ -25,6 +25,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from agentrl.inference.batch import DecodeBatch  # noqa: E402
 from agentrl.inference.completion import Request  # noqa: E402
 from agentrl.inference.engine import EmbeddedEngine  # noqa: E402
 
@@ -51,6 +52,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--profile", action="store_true", help="torch.profiler's op table over 4 decode steps")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--unshared", action="store_true",
+                    help="also decode the same rows with the shared prefix copied into every row (as before the "
+                         "engine held it once), alternating steps with the shared batch, and print the ratio")
     ap.add_argument("--gap", type=int, default=0,
                     help="also serve N of the rows through the engine's own worker (32 tokens each, T=1) and print "
                          "their logprobs' gap to a fresh float32 forward pass of the same model, row by row")
@@ -79,7 +83,7 @@ def main() -> None:
 
     engine._forward = timed("forward", forward)  # type: ignore[method-assign]
     engine._sample = timed("sample", sample)  # type: ignore[method-assign]
-    steps = args.steps + (4 if args.profile else 0)
+    steps = args.steps + (4 if args.profile else 0) + (args.steps if args.unshared else 0)
     with torch.inference_mode():
         engine._prefill(requests(prompts[:2], 2))  # warm-up
         while engine._batch:
@@ -101,6 +105,8 @@ def main() -> None:
         print(f"decode step ({len(engine._batch)} rows, cache width ~{width}): {w:.1f} ms median "
               f"(forward {f:.1f}, sampling {s:.1f}, the rest {w - f - s:.1f}); min {1000 * min(walls):.1f}",
               flush=True)
+        if args.unshared:
+            compare_unshared(engine, prompts, args.steps)
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
 
@@ -113,6 +119,26 @@ def main() -> None:
     if args.gap:
         logprob_gap(engine, prompts, args.gap)
     engine.close(timeout=5)
+
+
+def compare_unshared(engine: EmbeddedEngine, prompts: list[list[int]], steps: int) -> None:
+    """Decode steps of the running batch (the prefix held once) alternating with those of the same rows prefilled
+    into a batch that copies the prefix into every row: the ratio of their medians, measured side by side."""
+    shared = engine._batch
+    engine._batch = DecodeBatch(share_prefix=False)
+    engine._prefill(requests(prompts, steps + 2))
+    unshared = engine._batch
+    walls: dict[str, list[float]] = {"shared": [], "unshared": []}
+    for _ in range(steps):
+        for name, batch in (("shared", shared), ("unshared", unshared)):
+            engine._batch = batch
+            t0 = time.perf_counter()
+            engine._decode_step()
+            walls[name].append(time.perf_counter() - t0)
+    engine._batch = shared
+    a, b = (1000 * statistics.median(walls[k]) for k in ("shared", "unshared"))
+    print(f"decode step, prefix held once: {a:.1f} ms median; copied into every row: {b:.1f} ms; "
+          f"ratio {b / a:.2f}x (steps alternating, {steps} each)", flush=True)
 
 
 def logprob_gap(engine: EmbeddedEngine, prompts: list[list[int]], n: int) -> None:

@@ -54,8 +54,9 @@ async def test_greedy_tokens_match_plain_forward_passes_as_rows_join_leave_and_o
 
 
 async def test_prompts_that_open_alike_run_their_shared_prefix_once(random_model):
-    """Five chats opening with one 40-token prefix (one of them sent three times): the prefix runs once, and each
-    request's tokens and logprobs are still those of its own fresh forward pass."""
+    """Five chats opening with one 40-token prefix (one of them sent three times): the prefix runs once, a later
+    batch takes it from the prefix cache (runs it not at all), and each request's tokens and logprobs are still
+    those of its own fresh forward pass."""
     ref = AutoModelForCausalLM.from_pretrained(random_model).eval()
     prompts = [PREFIX + t for t in TAILS] + [PREFIX + TAILS[2]] * 2
     with EmbeddedEngine(random_model, batch_wait_ms=200) as eng:
@@ -67,7 +68,7 @@ async def test_prompts_that_open_alike_run_their_shared_prefix_once(random_model
             assert torch.allclose(torch.tensor(c.logprobs), reference_logprobs(ref, p, c.token_ids, 1.1), atol=1e-4)
         greedy_replies = await asyncio.gather(*[eng.generate(p, max_tokens=6, temperature=0.0, ignore_eos=True)
                                                 for p in prompts[:5]])
-        assert eng.stats.shared_prefix_tokens == 40 * 4 * 2
+        assert eng.stats.shared_prefix_tokens == 40 * 4 + 40 * 5
     for p, c in zip(prompts[:5], greedy_replies, strict=True):
         assert c.token_ids == greedy(ref, p, 6)
 
