@@ -146,7 +146,8 @@ def sample_tokens(logits: torch.Tensor, reqs: list[Request], rng: torch.Generato
     tokens = torch.empty(len(reqs), dtype=torch.long)
     shared = [i for i, r in enumerate(reqs) if not greedy[i] and r.generator is None]
     if shared:
-        tokens[shared] = inverse_cdf(probs[shared], torch.rand(len(shared), generator=rng, dtype=torch.float64))
+        rows = probs if len(shared) == len(reqs) else probs[shared]  # no copy in the common case
+        tokens[shared] = inverse_cdf(rows, torch.rand(len(shared), generator=rng, dtype=torch.float64))
     for i, r in enumerate(reqs):
         if greedy[i]:
             tokens[i] = int(torch.argmax(filtered[i]))
@@ -159,19 +160,34 @@ def sample_tokens(logits: torch.Tensor, reqs: list[Request], rng: torch.Generato
     return tokens.to(logits.device)
 
 
+CDF_BLOCK = 256  # inverse_cdf's first level: sums of this many tokens
+
+
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """One token per row of `probs` [B, V] (unnormalised is fine), drawn by the uniforms `u` [B] in [0, 1).
 
     The first token whose cumulative probability exceeds u x the row's total: a draw from the row's distribution
     that never picks a zero-probability token. It replaces `torch.multinomial`, which spends one exponential
-    random number per vocabulary entry (35 ms a decode step at 32 rows x 49,152 tokens, against ~1 ms here).
+    random number per vocabulary entry (35 ms a decode step at 32 rows x 49,152 tokens). The cumulative sums are
+    float64 (a float32 running sum over 49,152 tokens drifts by ~1e-5), taken in two levels: over blocks of
+    `CDF_BLOCK` tokens, then inside the one block each row lands in (a float64 cumsum over the whole vocabulary
+    took 4-8 ms a step). The draws are those of one float64 cumsum over the vocabulary.
     """
-    cdf = probs.to(torch.float64).cumsum(dim=-1)
-    total = cdf[:, -1]
+    rows, vocab = probs.shape
+    pad = (-vocab) % CDF_BLOCK
+    blocks = (torch.nn.functional.pad(probs, (0, pad)) if pad else probs).reshape(rows, -1, CDF_BLOCK)
+    block_cdf = blocks.sum(-1, dtype=torch.float64).cumsum(-1)
+    total = block_cdf[:, -1]
     if not bool(torch.isfinite(total).all() and (total > 0).all()):  # as torch.multinomial refuses them
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0, or sums to zero")
-    target = (u.to(cdf.dtype) * total)[:, None]
-    return torch.searchsorted(cdf, target, right=True)[:, 0].clamp_(max=probs.shape[-1] - 1)
+    target = u.to(torch.float64) * total
+    block = torch.searchsorted(block_cdf, target[:, None], right=True)[:, 0].clamp_(max=blocks.shape[1] - 1)
+    before = torch.where(block > 0, block_cdf.gather(1, (block - 1).clamp(min=0)[:, None])[:, 0], 0.0)
+    inner = blocks[torch.arange(rows), block].to(torch.float64).cumsum(-1)  # [B, CDF_BLOCK]
+    j = torch.searchsorted(inner, (target - before)[:, None], right=True)[:, 0]
+    last_positive = (inner < inner[:, -1:]).sum(-1)  # rounding may overshoot the block: its last token with mass
+    j = torch.where(j >= CDF_BLOCK, last_positive, j)
+    return (block * CDF_BLOCK + j).clamp_(max=vocab - 1)
 
 
 def left_pad(t: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
