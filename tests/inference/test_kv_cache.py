@@ -124,3 +124,19 @@ def test_inverse_cdf_draws_from_each_rows_distribution():
     assert torch.allclose(freq, torch.tensor([0.5, 0.0, 0.3, 0.2], dtype=torch.float64), atol=0.01)
     with pytest.raises(RuntimeError, match="probability tensor"):  # NaN weights fail the worker, named
         inverse_cdf(torch.tensor([[0.5, float("nan")]]), torch.tensor([0.3]))
+
+
+@pytest.mark.parametrize("vocab", [4, 256, 1000, 49_152])
+def test_inverse_cdf_in_blocks_draws_what_one_float64_cumsum_draws(vocab):
+    """The two-level search (block sums, then inside a block) picks the token a flat float64 cumsum picks, never one
+    of zero mass, at vocabularies that do and do not fill their last block."""
+    g = torch.Generator().manual_seed(vocab)
+    probs = torch.softmax(4 * torch.randn(16, vocab, generator=g), dim=-1)
+    probs[:, 1::3] = 0.0
+    for _ in range(50):
+        u = torch.rand(16, generator=g, dtype=torch.float64)
+        cdf = probs.to(torch.float64).cumsum(-1)
+        flat = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp(max=vocab - 1)
+        drawn = inverse_cdf(probs, u)
+        assert torch.equal(drawn, flat)
+        assert bool((probs.gather(1, drawn[:, None]) > 0).all())
