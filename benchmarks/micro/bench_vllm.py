@@ -191,8 +191,8 @@ def start_embedded(model: str, port: int, log_dir: Path, threads: int = 0, dtype
     return Server("embedded session server", cmd, f"http://127.0.0.1:{port}", "/health", log_dir / f"embedded-{port}.log")
 
 
-def start_vllm(python: str, model: str, port: int, log_dir: Path, max_seqs: int) -> Server:
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--dtype", "float32",
+def start_vllm(python: str, model: str, port: int, log_dir: Path, max_seqs: int, dtype: str = "float32") -> Server:
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--dtype", dtype,
            "--enforce-eager", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--max-num-seqs", str(max_seqs),
            "--disable-uvicorn-access-log"]
@@ -284,10 +284,12 @@ def bench_model(name: str, folder: str, args: argparse.Namespace, log_dir: Path,
     work = Workload(name, args.max_tokens)
     print(f"\n== {name}: {folder} ({parameter_count(folder) / 1e6:.1f}M parameters), {work.max_tokens} tokens per "
           f"chat at T={work.temperature}, load {os.getloadavg()[0]:.1f}, embedded threads "
-          f"{args.embedded_threads or 'default'}, embedded dtype {args.embedded_dtype}", flush=True)
+          f"{args.embedded_threads or 'default'}, embedded dtype {args.embedded_dtype}, vLLM dtype {args.vllm_dtype}",
+          flush=True)
     t0 = time.monotonic()
     embedded = start_embedded(folder, port, log_dir, args.embedded_threads, args.embedded_dtype)
-    vllm = start_vllm(args.vllm_python, folder, port + 1, log_dir, max(64, *map(session_count, args.sessions)))
+    vllm = start_vllm(args.vllm_python, folder, port + 1, log_dir, max(64, *map(session_count, args.sessions)),
+                      args.vllm_dtype)
     hf = HFGenerate(folder) if args.hf else None
     try:
         embedded.wait_healthy(300)
@@ -358,7 +360,8 @@ def main() -> None:
                     help="the embedded engine's torch threads (0: torch's default, every core; vLLM's CPU build "
                          "computes on 1 and keeps the other core for its API process)")
     ap.add_argument("--embedded-dtype", default="auto", choices=("auto", "float32", "bfloat16"),
-                    help="the embedded engine's inference.dtype (auto: float32 on a CPU; vLLM stays float32)")
+                    help="the embedded engine's inference.dtype (auto: float32 on a CPU)")
+    ap.add_argument("--vllm-dtype", default="float32", choices=("float32", "bfloat16"), help="vLLM's --dtype")
     ap.add_argument("--port", type=int, default=27100, help="embedded on PORT, vLLM on PORT+1 (+10 per model)")
     ap.add_argument("--launch-timeout", type=float, default=600.0)
     ap.add_argument("--work-dir", default=None, help="where the wide model is made (default: a temporary folder)")
