@@ -7,10 +7,15 @@ running sequence, using a shared left-padded KV cache. Requests that arrive whil
 between two decode steps (their prompts are prefilled together in one pass and their caches are
 left-padded to the batch's length), so a session whose turn finishes early starts its next turn
 without waiting for the slowest sequence. Finished sequences leave the batch at once; columns that
-only hold padding for every remaining row are trimmed. Prompts prefilled together that open alike (a
-system prompt and tool schema) run their shared prefix once, and a prompt sent n times at once runs
-once. The cache is preallocated and written in place (`agentrl.inference.kv_cache`): a decode step
-copies no K/V; rows joining or leaving do.
+only hold padding for every remaining row are trimmed. A prompt sent n times at once runs once. The
+cache is preallocated and written in place (`agentrl.inference.kv_cache`): a decode step copies no
+K/V; rows joining or leaving do.
+
+The shared prompt prefix. A run's chats open alike (system prompt, tool schema). Its K/V is computed
+once and kept between batches (`agentrl.inference.prefix_cache`: the next turn, GRPO step or eval chunk
+runs only what follows it), and on a CPU the rows attend to that one copy instead of each holding
+their own (`agentrl.inference.prefix_attention`: attention there is bound by reading the K/V). A
+newcomer that shares less of the prefix gives the running rows back the columns they stop sharing.
 
 Log-probabilities. `Completion.logprobs[i]` is the untruncated `log_softmax(logits / T)[token_i]` of
 the pass that sampled the token (T = 1 when greedy); see `agentrl.inference.completion`.
