@@ -31,9 +31,9 @@ class ForwardLog:
         self.lock = threading.Lock()
         forward = engine._forward
 
-        def timed(ids: Any, mask: Any, pos: Any, cache: Any) -> Any:
+        def timed(ids: Any, mask: Any, pos: Any, cache: Any, prefix: Any = None) -> Any:
             t0 = time.perf_counter()
-            out = forward(ids, mask, pos, cache)
+            out = forward(ids, mask, pos, cache, prefix)
             kind = "decode" if ids.shape[1] == 1 else "prefill"  # prompts here are never one token long
             with self.lock:
                 self.rows.append((kind, int(ids.shape[0]), int(mask.shape[1]), time.perf_counter() - t0))
