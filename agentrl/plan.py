@@ -22,6 +22,7 @@ from agentrl.tracking.tracker import Tracker
 
 if TYPE_CHECKING:
     from agentrl.config.logger import MLflowLoggerConfig
+    from agentrl.config.model import LoraConfig
     from agentrl.trainers.common.protocol import Trainer
 
 # Every _target_ a config may name lives here; Hydra 1.4 will want exactly this whitelist.
@@ -228,7 +229,7 @@ def check_model(cfg: DictConfig) -> list[str]:
         from agentrl.trainers.common.lora import plan_note  # torch loads only once a plan is built
 
         try:
-            notes.append(plan_note(path, OmegaConf.to_object(lora)))
+            notes.append(plan_note(path, cast("LoraConfig", OmegaConf.to_object(lora))))
         except ValueError as exc:
             raise PlanError(f"model.path={path}: {exc}") from exc
     return notes

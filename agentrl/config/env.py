@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from omegaconf import MISSING
 
@@ -18,6 +18,15 @@ CONNECT_TIMEOUT_S = 30.0  # retrying while nothing listens at the URL
 # A session opened by `openenv/session/create` (OpenEnv 0.10's /mcp) that no WebSocket holds ends after this
 # many idle seconds, so a client that never joins or closes it leaks no slot.
 SESSION_IDLE_TIMEOUT_S = 300.0
+
+
+class AppOptions(TypedDict):
+    """The `build_app` keyword arguments `env.server` fixes (`EnvServerConfig.app_options`)."""
+
+    max_concurrent_envs: int
+    tool_timeout: float
+    reset_timeout: float
+    session_idle_timeout: float
 
 
 @dataclass
@@ -49,7 +58,7 @@ class EnvServerConfig:
             raise ValueError(f"env.server.process=true starts a server for this run, but env.server.url={self.url} "
                              "names one already running: set one of them")
 
-    def app_options(self) -> dict[str, int | float]:
+    def app_options(self) -> AppOptions:
         """The `build_app` options these settings fix: the run's env server is built from them, on a thread, in
         a child process, or by Miles' launch (each adds its own token, reward and sandbox)."""
         return {"max_concurrent_envs": self.max_concurrent_envs, "tool_timeout": self.tool_timeout,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from omegaconf import MISSING
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 else:
     AgentSettings = EnvSettings = InferenceSettings = LoggerSettings = ModelSettings = PathsSettings = \
         RewardSettings = SandboxSettings = TrainerSettings = Any
+
+TrainerSchema = TypeVar("TrainerSchema", bound="TrainerSettings")
 
 
 @dataclass
@@ -58,3 +60,11 @@ def settings_dict(settings: RunConfig) -> dict[str, Any]:
     Equal to the composed config's `OmegaConf.to_container(cfg, resolve=True)`, so records written from either
     compare alike."""
     return dataclasses.asdict(settings)
+
+
+def trainer_settings(settings: RunConfig, schema: type[TrainerSchema]) -> TrainerSchema:
+    """`settings.trainer` typed as `schema`, the options schema of the backend that reads it (the plan built
+    that backend from the same `trainer` choice, so the node is that schema). For the type checker only:
+    nothing is checked at run time. `RunConfig.trainer` is typed as the base `TrainerConfig`, which lacks each
+    backend's own keys."""
+    return cast(TrainerSchema, settings.trainer)

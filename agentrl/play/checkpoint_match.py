@@ -15,17 +15,18 @@ import math
 from typing import Any
 
 from agentrl.config.sampling import Sampling
+from agentrl.config.schema import RunConfig
 from agentrl.play.policies import plan_policies
 from agentrl.play.rollout import make_row
 
 PREFIX = "checkpoint"  # checkpoint/reward, checkpoint/reward_seat<k>, checkpoint/wins_minus_losses, ...
 
 
-def checkpoint_problem(settings: Any) -> str | None:
+def checkpoint_problem(settings: RunConfig) -> str | None:
     """Why these run settings cannot play matches against a checkpoint, or None: the eval split must be
     self-play and the agent must have a role per seat."""
-    if getattr(settings.env, "eval_opponent", None) is not None:
-        return (f"env.eval_opponent={settings.env.eval_opponent}: matches against a checkpoint need a self-play eval "
+    if (opponent := getattr(settings.env, "eval_opponent", None)) is not None:
+        return (f"env.eval_opponent={opponent}: matches against a checkpoint need a self-play eval "
                 "split (env.eval_opponent=null), whose every seat the agent plays")
     if len(settings.agent.role_list()) < 2:
         return "matches against a checkpoint need an agent with a role per seat (agent=self_play)"
@@ -59,7 +60,7 @@ def checkpoint_matches(plan: Any, model_path: str, opponent_path: str, *, sampli
     Raises ValueError (`checkpoint_problem`) when the plan's eval split is not self-play."""
     from agentrl.play.services import start_services  # torch loads only when matches are played
 
-    settings = plan.settings
+    settings: RunConfig = plan.settings
     problem = checkpoint_problem(settings)
     if problem:
         raise ValueError(problem)

@@ -118,12 +118,14 @@ class Breaker:
             self.notes.saw(rollouts)
         clean = all(r.failure is None or r.failure in MODEL_FAILURES for r in rollouts)
         for dep in self.dependencies:
-            blamed = [r for r in rollouts if r.failure in dep.failures]
+            blamed = [(r.failure, r.error) for r in rollouts
+                      if r.failure is not None and r.failure in dep.failures]
             if blamed:
+                kind, error = blamed[0]
                 if not dep.troubled:
-                    log.warning("%s at %s: a play failed %s (%s); %s", dep.name, dep.url,
-                                blamed[0].failure.value, blamed[0].error[:300], self._unless())
-                dep.failed(blamed[0].failure, blamed[0].error)
+                    log.warning("%s at %s: a play failed %s (%s); %s", dep.name, dep.url, kind.value,
+                                error[:300], self._unless())
+                dep.failed(kind, error)
             elif clean:
                 if dep.troubled:
                     log.warning("%s at %s: plays succeed again", dep.name, dep.url)
@@ -192,8 +194,8 @@ class Breaker:
                             return dep
                         if ok:  # it answers: those failures were not its death; the grace window judges
                             dep.streak = 0
-                if (dep := self.tripped()) is not None:
-                    return dep
+                if (tripped := self.tripped()) is not None:
+                    return tripped
                 await asyncio.sleep(TICK_S)
 
     def lost(self, dep: Dependency, why: str = "") -> DependencyLost:
@@ -232,13 +234,13 @@ async def _round(breaker: Breaker, units: Sequence[Hashable], play: Play,
                  done: dict[Hashable, list[Rollout]]) -> Dependency | None:
     """Play `units` at once, recording each as it ends; the tripped dependency (plays cut), or None."""
     breaker.last_tick = time.monotonic()  # the time between calls (training, an eval's setup) is not play time
-    tasks = {asyncio.ensure_future(play(u)): u for u in units}
+    tasks: dict[asyncio.Future[list[Rollout]], Hashable] = {asyncio.ensure_future(play(u)): u for u in units}
     watch = asyncio.ensure_future(breaker.watch())
-    pending: set[asyncio.Future] = set(tasks)
+    pending = set(tasks)
     try:
         while pending:
             finished, _ = await asyncio.wait(pending | {watch}, return_when=asyncio.FIRST_COMPLETED)
-            for task in finished - {watch}:
+            for task in pending & finished:  # the plays that ended (not the watch)
                 pending.discard(task)
                 done[tasks[task]] = task.result()  # a bug in a play (not a flagged failure) ends the call
                 breaker.record(done[tasks[task]])
@@ -246,8 +248,9 @@ async def _round(breaker: Breaker, units: Sequence[Hashable], play: Play,
                 return watch.result()
         return None
     finally:
-        for task in (*pending, watch):
+        for task in pending:
             task.cancel()
+        watch.cancel()
         await asyncio.gather(*pending, watch, return_exceptions=True)
         breaker.tick()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from agentrl.agents.base import HttpSessionPool
@@ -154,6 +154,7 @@ class RolloutRunner:
                 ends.append(time.monotonic())
             return played
 
+        done: dict[Hashable, list[Rollout]]
         if self.breaker is None:
             done = dict(zip(units, await asyncio.gather(*(play(u) for u in units)), strict=True))
         else:

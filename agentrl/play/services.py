@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.config.trainer import DependencyWatchConfig
+from agentrl.config.schema import RunConfig
+from agentrl.config.trainer import DependencyWatchConfig, TrainerConfig
 from agentrl.play.dependency import ENGINE_FAILURES, ENV_FAILURES, Breaker, Dependency
 from agentrl.play.failure_notes import FailureNotes
 from agentrl.play.policies import MAIN, Policy, plan_policies, routing, untrained_roles
@@ -55,7 +56,7 @@ class RolloutServices:
         self._stops.clear()
 
 
-def dependency_breaker(t: Any, env_url: str, engine_url: str) -> Breaker | None:
+def dependency_breaker(t: TrainerConfig, env_url: str, engine_url: str) -> Breaker | None:
     """The circuit breaker on the env server and the engine (`trainer.dependency_grace_s`, ...), for a trainer
     whose settings watch their dependencies (grpo, trl); None otherwise (sft: its evaluations just score what
     they get)."""
@@ -99,7 +100,7 @@ def start_services(plan: Any, model_path: str, policies: Sequence[Policy] | None
     Everything comes from the plan: its engine factory, its bundle, agent and reward, and its typed settings.
     """
     started = time.monotonic()
-    settings = plan.settings
+    settings: RunConfig = plan.settings
     if policies is None:
         policies = plan_policies(settings.agent.role_list())
     server, inference = settings.env.server, settings.inference

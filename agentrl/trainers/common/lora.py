@@ -8,9 +8,13 @@ The base's weights are frozen; the optimizer holds only the adapter's (`trainabl
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    # `model.lora`'s schema, named apart from PEFT's own LoraConfig
+    from agentrl.config.model import LoraConfig as LoraSettings
 
 ADAPTER = "default"  # PEFT's name for a model's one adapter
 
@@ -31,15 +35,18 @@ def target_problem(model: torch.nn.Module, targets: Iterable[str]) -> str | None
             f"layers are {', '.join(linear_names(model))}")
 
 
-def peft_config(lora: Any) -> Any:
+def peft_config(lora: LoraSettings) -> Any:
     """PEFT's `LoraConfig` for the `model.lora` settings (a causal LM; no bias, no extra trained modules)."""
     from peft import LoraConfig, TaskType
 
-    return LoraConfig(task_type=TaskType.CAUSAL_LM, r=int(lora.rank), lora_alpha=float(lora.alpha),
+    # PEFT annotates lora_alpha as int; a float works (its scaling is alpha / rank), and the schema's alpha is
+    # one.
+    return LoraConfig(task_type=TaskType.CAUSAL_LM, r=int(lora.rank),
+                      lora_alpha=float(lora.alpha),  # type: ignore[arg-type]
                       lora_dropout=float(lora.dropout), target_modules=list(lora.target_modules), bias="none")
 
 
-def wrap(model: torch.nn.Module, lora: Any) -> Any:
+def wrap(model: torch.nn.Module, lora: LoraSettings) -> Any:
     """`model` with a fresh LoRA adapter (B = 0: it starts as the base); the base's weights frozen.
 
     Raises ValueError naming a target module the model does not have."""
@@ -97,7 +104,9 @@ def merged_state(model: Any) -> dict[str, torch.Tensor]:
         for name, module in base.named_modules():
             if isinstance(module, LoraLayer) and ADAPTER in module.lora_A:
                 weight = module.get_base_layer().weight
-                out[f"{name}.weight"] = (weight + module.get_delta_weight(ADAPTER).to(weight.dtype)).detach()
+                # each LoraLayer subclass (Linear, Embedding, Conv) has get_delta_weight; the base has not
+                delta = module.get_delta_weight(ADAPTER)  # type: ignore[attr-defined]
+                out[f"{name}.weight"] = (weight + delta.to(weight.dtype)).detach()
     return out
 
 
@@ -117,7 +126,7 @@ def tensor_bytes(state: dict[str, torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
 
 
-def push(model: Any, engine: Any, lora: Any, **kw: Any) -> int:
+def push(model: Any, engine: Any, lora: LoraSettings | None, **kw: Any) -> int:
     """Hand `model`'s weights to `engine` (`kw`: the engine call's options); returns the bytes handed over.
 
     Under LoRA with `push=adapter` only the adapter goes (`engine.update_adapter`); with `push=merged` the merged
@@ -139,7 +148,7 @@ def push(model: Any, engine: Any, lora: Any, **kw: Any) -> int:
     return tensor_bytes(state)
 
 
-def adapter_settings(model: Any) -> Any:
+def adapter_settings(model: Any) -> LoraSettings:
     """`model`'s adapter as `model.lora` settings (rank, alpha, dropout, target modules): what an engine needs to
     apply it. Read from the adapter itself, which a warm start or checkpoint may have made with other settings."""
     from agentrl.config.model import LoraConfig
@@ -161,7 +170,7 @@ def skeleton(path: str) -> torch.nn.Module:
         return AutoModelForCausalLM.from_config(config)
 
 
-def plan_note(path: str, lora: Any) -> str:
+def plan_note(path: str, lora: LoraSettings) -> str:
     """The plan's line about `model.lora` on the model at `path`: its settings and how many parameters train.
 
     Raises ValueError naming a target module the model does not have (and the ones it has)."""

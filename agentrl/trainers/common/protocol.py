@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from agentrl.config.schema import RunConfig
     from agentrl.trainers.common.step_products import StepStats
 
 
@@ -28,7 +29,7 @@ class Trainer(Protocol):
     checks_model_itself: ClassVar[bool]  # model.path lives where the backend runs: the plan leaves it alone
 
     @classmethod
-    def plan_problem(cls, settings: Any) -> str | None:
+    def plan_problem(cls, settings: RunConfig) -> str | None:
         """Why the run's typed settings (`RunConfig`, `Plan.settings`) cannot run on this backend (None: they can);
         the plan refuses them before anything starts."""
 
@@ -63,7 +64,7 @@ class TrainerBase:
     tracker: Any
 
     @classmethod
-    def plan_problem(cls, settings: Any) -> str | None:
+    def plan_problem(cls, settings: RunConfig) -> str | None:
         """None: every config the schema accepts runs on this backend."""
         return None
 

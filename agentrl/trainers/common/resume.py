@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 from agentrl.config.schema import RunConfig, settings_dict
 
@@ -192,11 +192,22 @@ def _run_id_of(folder: Path, kind: str) -> str | None:
     return None
 
 
-# A trainer with a checkpoint layout (grpo, trl) carries `trainer.checkpoint_path` (null: the run's folder under
-# <paths.checkpoint_dir>/<task_name>, `step_parts.checkpoint_root`).
+class CheckpointPathSettings(Protocol):
+    """The trainer schema of a backend with a checkpoint layout (grpo, trl): its own `checkpoint_path`."""
+
+    checkpoint_path: str | None
+
+
+def own_checkpoint_path(settings: RunConfig) -> str | None:
+    """`trainer.checkpoint_path` (null: the run's folder under <paths.checkpoint_dir>/<task_name>,
+    `step_parts.checkpoint_root`); read only for a backend with a checkpoint layout, whose schema carries
+    it."""
+    return cast(CheckpointPathSettings, settings.trainer).checkpoint_path
+
+
 def _task_roots(settings: RunConfig) -> list[Path]:
-    if settings.trainer.checkpoint_path:
-        return [Path(settings.trainer.checkpoint_path)]
+    if own := own_checkpoint_path(settings):
+        return [Path(own)]
     return sorted(p for p in (Path(settings.paths.checkpoint_dir) / settings.task_name).glob("*") if p.is_dir())
 
 
@@ -211,7 +222,7 @@ def _looks_like_folder(value: str) -> bool:
 
 def _find(settings: RunConfig, asked: str, kind: str) -> tuple[Path | None, str]:
     """The checkpoint `asked` names (None: latest found none) and where `latest` looked."""
-    own, checkpoint_dir = settings.trainer.checkpoint_path, settings.paths.checkpoint_dir
+    own, checkpoint_dir = own_checkpoint_path(settings), settings.paths.checkpoint_dir
     if asked == "latest":
         roots = _task_roots(settings)
         where = str(own or Path(checkpoint_dir) / settings.task_name / "*")
@@ -232,8 +243,8 @@ def _find(settings: RunConfig, asked: str, kind: str) -> tuple[Path | None, str]
         mine = [p for _, p in checkpoints(Path(own), kind) if _run_id_of(p, kind) == asked]
         if mine:
             return mine[-1], ""
-    elif folder := _newest(sorted(Path(checkpoint_dir).glob(f"*/{asked}")), kind):
-        return folder, ""
+    elif newest := _newest(sorted(Path(checkpoint_dir).glob(f"*/{asked}")), kind):
+        return newest, ""
     known = sorted({_run_id_of(c[-1][1], kind) or root.name for root in _task_roots(settings)
                     if (c := checkpoints(root, kind))})
     where = own or f"{checkpoint_dir}/*/{asked}"

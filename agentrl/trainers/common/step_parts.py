@@ -11,12 +11,16 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrl.agents.base import multi_agent_metrics
 from agentrl.agents.record import Rollout
 from agentrl.play.policies import MAIN
 from agentrl.rewards import rubric_metrics
+from agentrl.trainers.common.resume import own_checkpoint_path
+
+if TYPE_CHECKING:
+    from agentrl.config.schema import RunConfig
 
 
 class RowStream:
@@ -24,7 +28,8 @@ class RowStream:
 
     def __init__(self, count: int, seed: int, cursor: int = 0) -> None:
         self.count, self.seed, self.cursor = count, seed, cursor
-        self._epoch, self._order = -1, []
+        self._epoch = -1
+        self._order: list[int] = []
 
     def next(self) -> int:
         epoch, pos = divmod(self.cursor, self.count)
@@ -62,10 +67,10 @@ def fill_step(draw: Callable[[], int], play: Callable[[list[int], int], list[lis
     return kept, seen, dropped, drawn
 
 
-def checkpoint_root(settings: Any, run_id: str | None) -> Path:
+def checkpoint_root(settings: RunConfig, run_id: str | None) -> Path:
     """`trainer.checkpoint_path`, else `<paths.checkpoint_dir>/<task_name>/<run id>` (`settings`: `Plan.settings`)."""
-    if settings.trainer.checkpoint_path:
-        return Path(settings.trainer.checkpoint_path)
+    if own := own_checkpoint_path(settings):
+        return Path(own)
     return Path(settings.paths.checkpoint_dir) / settings.task_name / (run_id or "no-run")
 
 

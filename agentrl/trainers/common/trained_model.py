@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from agentrl.config.model import ModelConfig
+from agentrl.config.model import LoraConfig, ModelConfig
 
 
 def train_dtype(model_cfg: ModelConfig) -> torch.dtype:
@@ -42,7 +42,7 @@ def prepare_for_training(model: Any, model_cfg: ModelConfig) -> Any:
     return model
 
 
-def lora_settings(model_cfg: ModelConfig) -> Any:
+def lora_settings(model_cfg: ModelConfig) -> LoraConfig | None:
     """The `model.lora` settings when LoRA is on, else None."""
     return model_cfg.lora if model_cfg.lora.enabled else None
 

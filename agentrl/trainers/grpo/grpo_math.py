@@ -223,6 +223,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     if sequence:
         pg = term.sum() / n_seq
     elif loss == "dr_grpo":
+        assert norm_tokens is not None  # checked > 0 above
         pg = (term * m).sum() / (n_seq * float(norm_tokens))
     else:
         pg = (term * m).sum() / norm

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from agentrl.config.model import LoraConfig
 from agentrl.config.trainer import DEFAULT_ADVANTAGE, DEFAULT_CLIPS, GRPOTrainerConfig
 from agentrl.devices import model_device
 from agentrl.trainers.common.forward import first_loss_column, next_token_logits
@@ -154,11 +155,13 @@ class Learner:
                  clip_low: float | None = None, clip_high: float | None = None, kl_coef: float | None = None,
                  temperature: float = 1.0, micro_batch_samples: int = 8, pad_id: int = 0,
                  algorithm: Algorithm | None = None, steps: int = 1, lr_warmup_steps: int = 0,
-                 lr_schedule: str = "constant", epochs: int = 1, mini_batches: int = 1, lora: Any = None,
+                 lr_schedule: str = "constant", epochs: int = 1, mini_batches: int = 1,
+                 lora: LoraConfig | None = None,
                  push_mode: str = "wait") -> None:
         algo = algorithm or Algorithm.of()
-        given = {"clip_low": clip_low, "clip_high": clip_high, "kl_coef": kl_coef}
-        self.algorithm = replace(algo, **{k: v for k, v in given.items() if v is not None})
+        self.algorithm = replace(algo, clip_low=algo.clip_low if clip_low is None else clip_low,
+                                 clip_high=algo.clip_high if clip_high is None else clip_high,
+                                 kl_coef=algo.kl_coef if kl_coef is None else kl_coef)
         self.model = model
         self.push_mode = push_mode  # wait | keep (partial rollouts: `EmbeddedEngine.update_weights`)
         self.lora = lora  # the `model.lora` settings of a LoRA-wrapped model (what a push sends), else None

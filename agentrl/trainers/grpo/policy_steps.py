@@ -8,14 +8,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentrl.config.model import LoraConfig, ModelConfig
+from agentrl.config.schema import RunConfig, trainer_settings
+from agentrl.config.trainer import GRPOTrainerConfig
 from agentrl.play.policies import MAIN, Policy
 from agentrl.trainers.grpo.learner import STEP_METRICS, Algorithm, Learner, TrainItem
 
 
-def partial_rollouts_problem(settings: Any) -> str | None:
+def partial_rollouts_problem(settings: RunConfig) -> str | None:
     """`trainer.partial_rollouts` needs an engine that applies a push to running replies: the embedded one, or vLLM
     for full weights (a running reply keeps the LoRA adapter it was admitted with)."""
-    if not settings.trainer.partial_rollouts:
+    if not trainer_settings(settings, GRPOTrainerConfig).partial_rollouts:
         return None
     target = str(settings.inference._target_)
     if target.startswith("agentrl.inference.engine"):
@@ -31,7 +34,7 @@ def partial_rollouts_problem(settings: Any) -> str | None:
             f"to running replies); {target} waits for them: set trainer.partial_rollouts=false")
 
 
-def make_learner(t: Any, model: Any, tokenizer: Any, lora: Any = None) -> Learner:
+def make_learner(t: GRPOTrainerConfig, model: Any, tokenizer: Any, lora: LoraConfig | None = None) -> Learner:
     """A `Learner` for `model` with the trainer config `t`'s optimizer and algorithm (loss, advantage, KL, ...);
     `lora`: the `model.lora` settings when `model` carries a LoRA adapter."""
     return Learner(model, lr=float(t.lr), weight_decay=float(t.weight_decay), grad_clip=float(t.grad_clip),
@@ -42,7 +45,8 @@ def make_learner(t: Any, model: Any, tokenizer: Any, lora: Any = None) -> Learne
                    lora=lora, push_mode="keep" if t.partial_rollouts else "wait")
 
 
-def load_learners(t: Any, policies: Sequence[Policy], device: Any = "cpu", *, model_cfg: Any) -> None:
+def load_learners(t: GRPOTrainerConfig, policies: Sequence[Policy], device: Any = "cpu", *,
+                  model_cfg: ModelConfig) -> None:
     """Load every trainable policy's model and tokenizer from its `path` onto `device` (in `model_cfg`'s dtype,
     with its gradient checkpointing: `trained_model.py`); give it a learner. Under `model.lora` each trained policy
     gets an adapter of its own; a frozen one gets none (it is never loaded to train)."""

@@ -19,9 +19,11 @@ a zero-sum game's two seats) get each their own baseline and scale:
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Any
 
 import torch
+
+from agentrl.config.schema import RunConfig, trainer_settings
+from agentrl.config.trainer import GRPOTrainerConfig
 
 ROLE_ADVANTAGES = ("per_role", "rae", "hierarchical")
 
@@ -105,10 +107,10 @@ class RoleBaselines:
         return out.to(torch.float32)
 
 
-def role_advantage_problem(settings: Any) -> str | None:
+def role_advantage_problem(settings: RunConfig) -> str | None:
     """Why `trainer.episode_roles` cannot apply to this run's agent (checked when the plan is built), or None:
     under `advantage=hierarchical` each name must be a role the agent plays (a single-agent pattern's is `agent`)."""
-    t = settings.trainer
+    t = trainer_settings(settings, GRPOTrainerConfig)
     if t.advantage != "hierarchical":
         return None
     roles = [r.name for r in settings.agent.role_list()] or ["agent"]

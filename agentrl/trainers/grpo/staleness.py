@@ -44,7 +44,8 @@ def split_stale(groups: list[list[Rollout]], now: Mapping[str, int | None], max_
     """(fresh groups, groups with a play more than `max_staleness` versions old); `plays` from `play_staleness`
     over every played rollout, so that a play split over groups counts its oldest token in each."""
     ages = plays if plays is not None else play_staleness([r for g in groups for r in g], now)
-    fresh, stale = [], []
+    fresh: list[list[Rollout]] = []
+    stale: list[list[Rollout]] = []
     for group in groups:
         (stale if any(ages.get(r.play_id, 0) > max_staleness for r in group) else fresh).append(group)
     return fresh, stale

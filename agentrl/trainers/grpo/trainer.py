@@ -31,13 +31,15 @@ import asyncio
 import logging
 import random
 import time
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from agentrl.agents.record import Rollout
+from agentrl.config.schema import RunConfig, trainer_settings
+from agentrl.config.trainer import GRPOTrainerConfig
 from agentrl.console import progress
 from agentrl.devices import release_freed_memory, set_threads, train_device
 from agentrl.group_filter import FAILED, FailureStreak, failure_cause, group_drop_reason
@@ -77,15 +79,15 @@ class GRPOTrainer(TrainerBase):
     checkpoint_kind = AGENTRL  # what trainer.resume resolves to at plan time (resume.py): step-NNNNNN/state.pt
 
     @classmethod
-    def plan_problem(cls, settings: Any) -> str | None:
+    def plan_problem(cls, settings: RunConfig) -> str | None:
         """`advantage=hierarchical`'s `episode_roles` must be roles the agent plays (`role_advantages.py`);
         `trainer.partial_rollouts` needs the embedded engine."""
         return role_advantage_problem(settings) or partial_rollouts_problem(settings)
 
     def __init__(self, *, plan: Any, tracker: Any) -> None:
         self.plan, self.tracker = plan, tracker
-        self.settings = plan.settings  # the typed config (`RunConfig`): what this trainer reads
-        self.t = t = self.settings.trainer
+        self.settings: RunConfig = plan.settings  # the typed config: what this trainer reads
+        self.t = t = trainer_settings(self.settings, GRPOTrainerConfig)
         if t.samples_per_prompt < 2:
             raise ValueError("trainer.samples_per_prompt must be at least 2: GRPO compares samples within a group")
         # One policy per distinct role model (checked here, so a bad path fails before any setup); the shared
@@ -93,7 +95,8 @@ class GRPOTrainer(TrainerBase):
         self.policies: list[Policy] = plan_policies(self.settings.agent.role_list())
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
         self.streak = FailureStreak(t.max_drops_in_a_row)
-        self.times: Counter[str] = Counter()  # wall seconds: warm_start, engine_start, train, eval
+        # wall seconds: warm_start, engine_start, train, eval
+        self.times: defaultdict[str, float] = defaultdict(float)
         self.health = HealthWatch(self.settings.agent.health)  # the recipe's healthy ranges, judged at the end
         self.no_update = NoUpdateWatch(penalize=t.model_failures == "drop")  # steps that trained nothing
         self.ready: PlayAhead[StepBatch] | None = None  # the step batches, played one ahead (setup)
@@ -126,7 +129,7 @@ class GRPOTrainer(TrainerBase):
         self.record = checkpoint_record(plan, self.tracker.run_id)
         started = time.monotonic()
         start_path = str(resume_from / "model") if resume_from else warm_start_path(plan, self.tracker)
-        if not resume_from and s.trainer.warm_start.enabled:  # the closing block names only the stages that ran
+        if not resume_from and self.t.warm_start.enabled:  # the closing block names only the stages that ran
             self.times["warm_start"] += time.monotonic() - started
         release_freed_memory()  # a warm start made here freed its model and optimizer: give them back
         self.policies = [main_policy(start_path), *(p for p in self.policies if p.name != MAIN)]

@@ -5,12 +5,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from agentrl.config.schema import RunConfig, trainer_settings
+from agentrl.config.trainer import MilesTrainerConfig
 
 
-def lora_problem(settings: Any) -> str | None:
+def lora_problem(settings: RunConfig) -> str | None:
     """Why `model.lora` cannot map to Miles' LoRA flags (miles-rl 0.0.2, Megatron's LoRA), or None."""
-    lora, t = settings.model.lora, settings.trainer
+    lora, t = settings.model.lora, trainer_settings(settings, MilesTrainerConfig)
     if not lora.enabled:
         return None
     if t.train_backend != "megatron":
@@ -24,7 +25,7 @@ def lora_problem(settings: Any) -> str | None:
     return None
 
 
-def lora_args(settings: Any) -> list[str]:
+def lora_args(settings: RunConfig) -> list[str]:
     """Miles' LoRA flags for `model.lora` (none when it is off); SGLang then serves the adapter Miles syncs."""
     lora = settings.model.lora
     if not lora.enabled:

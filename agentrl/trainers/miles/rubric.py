@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrl.agents.record import Play, miles_rollout, miles_rubric_metadata
 from agentrl.rewards import RewardGroup, episode_score
+
+if TYPE_CHECKING:
+    from agentrl.config.schema import RunConfig
 
 REWARD_ENV = "AGENTRL_REWARD"  # the run's `reward` config (JSON) for the hook to build in a Ray worker
 HOOK = "agentrl.trainers.miles.rubric.reward_func"
@@ -64,12 +67,12 @@ async def reward_func(args: Any, samples: Any, **kwargs: Any) -> float | list[fl
     return await score_sample(group, samples)
 
 
-def uses_rubric(settings: Any) -> bool:
+def uses_rubric(settings: RunConfig) -> bool:
     """True under reward=rubric (the typed `reward` settings name RubricReward)."""
     return str(settings.reward._target_) == "agentrl.rubrics.RubricReward"
 
 
-def launch_reward(settings: Any, hook: str) -> tuple[str, dict[str, str]]:
+def launch_reward(settings: RunConfig, hook: str) -> tuple[str, dict[str, str]]:
     """(--custom-rm-path, environment) for the run: under reward=rubric this module's hook (unless trainer.
     reward_hook names one of the user's own) and the reward config as JSON; else `hook` as it is."""
     import dataclasses
@@ -78,8 +81,9 @@ def launch_reward(settings: Any, hook: str) -> tuple[str, dict[str, str]]:
 
     if not uses_rubric(settings):
         return hook, {}
-    reward = settings.reward
-    node = dataclasses.asdict(reward) if dataclasses.is_dataclass(reward) else dict(reward)
+    reward: Any = settings.reward  # the typed schema (a dataclass); a mapping (a DictConfig) is taken as is
+    is_schema = dataclasses.is_dataclass(reward) and not isinstance(reward, type)
+    node = dataclasses.asdict(reward) if is_schema else dict(reward)
     return (HOOK if hook == MilesTrainerConfig.reward_hook else hook), {REWARD_ENV: json.dumps(node)}
 
 

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agentrl.config.env import EnvServerConfig
 from agentrl.config.schema import RunConfig
@@ -35,6 +35,9 @@ from agentrl.trainers.miles.args import (
     rollout_gpus,
 )
 from agentrl.trainers.miles.rubric import env_server_reward
+
+if TYPE_CHECKING:
+    from agentrl.config.logger import MLflowLoggerConfig
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +112,7 @@ class MilesTrainer(TrainerBase):
             raise SystemExit(f"agentrl: {err}") from None
 
     @classmethod
-    def plan_problem(cls, settings: Any) -> str | None:
+    def plan_problem(cls, settings: RunConfig) -> str | None:
         """Why these typed settings (`RunConfig`) cannot make a Miles run (batch sizes, placement, KL, parsers;
         None: they can): the plan refuses them on any machine, before anything starts."""
         try:
@@ -125,15 +128,16 @@ class MilesTrainer(TrainerBase):
         """The exact launcher command and environment `fit()` would use (rows paths as they would be)."""
         from agentrl.tracking.uri import resolve_tracking_uri
 
-        run = plan.settings
+        run: RunConfig = plan.settings
         try:
             check_config(run)
             run_dir = Path(plan.run_dir)
+            logger = cast("MLflowLoggerConfig", run.logger)  # logger=mlflow, the one logger
             ctx = LaunchContext(
                 rows={s: run_dir / "rows" / f"{s}.jsonl" for s in (run.env.train_split, run.env.eval_split)},
-                save_dir=cls.save_dir(run.trainer, run_dir),
-                tracking_uri=resolve_tracking_uri(run.logger.tracking_uri, run.paths.output_root),
-                experiment=run.logger.experiment, run_id="<mlflow-run-id>",
+                save_dir=cls.save_dir(miles_settings(run), run_dir),
+                tracking_uri=resolve_tracking_uri(logger.tracking_uri, run.paths.output_root),
+                experiment=logger.experiment, run_id="<mlflow-run-id>",
                 env_token_var=cls.token_var(run.env.server), env_token="<token>", pythonpath=_pythonpath(),
                 dry_run=True)
             notes: list[str] = []
@@ -144,7 +148,7 @@ class MilesTrainer(TrainerBase):
         server = run.env.server
         env_note = server.url or f"started for this run on {server.host} (its URL goes in the rows)"
         lines = [f"miles: env server {env_note}; rows written to {run_dir / 'rows'}", *notes, launch.report()]
-        lines += [f"warning: before the real run, {w}" for w in cls.missing_for_real_run(run.trainer)]
+        lines += [f"warning: before the real run, {w}" for w in cls.missing_for_real_run(miles_settings(run))]
         return "\n".join(lines)
 
     @staticmethod
@@ -194,7 +198,7 @@ class MilesTrainer(TrainerBase):
         """Every check before anything starts; returns Megatron's model flags."""
         require_miles()
         require_gpus(self.settings)
-        t, model_path = self.settings.trainer, self.settings.model.path
+        t, model_path = miles_settings(self.settings), self.settings.model.path
         if not Path(model_path).is_dir():
             raise MilesUnavailable(f"model.path {model_path} is not a folder on this machine")
         if t.ref_checkpoint and not Path(t.ref_checkpoint).exists():
@@ -244,7 +248,7 @@ class MilesTrainer(TrainerBase):
             rows = write_rows(url, run_dir / "rows", max_turns=run.agent.max_turns,
                               tool_timeout=run.env.server.tool_timeout, reset_timeout=run.env.server.reset_timeout,
                               token_var=var)
-            ctx = LaunchContext(rows=rows, save_dir=self.save_dir(run.trainer, run_dir),
+            ctx = LaunchContext(rows=rows, save_dir=self.save_dir(miles_settings(run), run_dir),
                                 tracking_uri=self.tracker.tracking_uri, experiment=self.tracker.experiment,
                                 run_id=self.tracker.run_id, env_token_var=var, env_token=token,
                                 pythonpath=_pythonpath())

@@ -91,7 +91,7 @@ class GeneratedDemonstrations(Sequence):
     def __len__(self) -> int:
         return self._count * self.per_task
 
-    def __getitem__(self, i: int) -> Encoded:  # type: ignore[override] - ints only: SFT draws one at a time
+    def __getitem__(self, i: int) -> Encoded:  # type: ignore[override]  # ints only: SFT draws one at a time
         if not -len(self) <= i < len(self):
             raise IndexError(i)
         task, j = divmod(i % len(self), self.per_task)

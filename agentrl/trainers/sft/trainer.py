@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from agentrl.config.schema import RunConfig
+from agentrl.config.schema import RunConfig, trainer_settings
 from agentrl.config.trainer import SFTTrainerConfig, WarmStartConfig
 from agentrl.console import progress
 from agentrl.devices import model_device, set_threads, train_device
@@ -222,9 +222,10 @@ class SFTTrainer(TrainerBase):
 
     def __init__(self, *, plan: Any, tracker: Any) -> None:
         self.plan, self.tracker = plan, tracker
-        t: SFTTrainerConfig = plan.settings.trainer
+        run: RunConfig = plan.settings
+        t = trainer_settings(run, SFTTrainerConfig)
         self.output_dir = Path(t.output_dir) if t.output_dir else \
-            sft_checkpoint_path(plan.settings, t, plan.bundle, plan.agent)
+            sft_checkpoint_path(run, t, plan.bundle, plan.agent)
 
     def fit(self) -> dict[str, float]:
         """Train, then play the eval split sampled and greedy-decoded; returns the metrics, among them
@@ -232,7 +233,8 @@ class SFTTrainer(TrainerBase):
         from agentrl.play.services import start_services
 
         plan = self.plan
-        run, t = plan.settings, plan.settings.trainer
+        run: RunConfig = plan.settings
+        t = trainer_settings(run, SFTTrainerConfig)
         set_threads(run)
         metrics = run_sft(plan, self.output_dir, t, eval_every=t.eval_every, tracker=self.tracker)
         started = time.monotonic()
@@ -276,7 +278,7 @@ def run_sft(plan: Any, output_dir: Path, settings: SFTSettings, *, eval_every: i
     from agentrl.play.services import start_services
     from agentrl.trainers.common.trained_model import load_trained_model
 
-    run = plan.settings
+    run: RunConfig = plan.settings
     torch.manual_seed(run.seed)
     base_path = plan.model.path()  # the plan's model source: made here the first time (the tiny model)
     tokenizer = AutoTokenizer.from_pretrained(base_path)

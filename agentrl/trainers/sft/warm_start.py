@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from agentrl.config.trainer import SFTTrainerConfig, WarmStartSettings
+from agentrl.config.trainer import SFTTrainerConfig, WarmStartConfig, WarmStartSettings
+
+if TYPE_CHECKING:
+    from agentrl.config.schema import RunConfig
 
 PREFIX = "warm_start"  # the warm start's metrics in the GRPO run: warm_start/loss, warm_start/eval/reward, ...
 
@@ -50,6 +53,11 @@ def teacher_problem(trainer: Any, bundle: Any) -> str | None:
     return f"{key}={teacher}: bundle {bundle.name} offers the teachers {', '.join(offered)}"
 
 
+def warm_start_settings(run: RunConfig) -> WarmStartConfig:
+    """`trainer.warm_start`: read only under a backend that has one (grpo, trl: `WarmStartSettings`)."""
+    return cast(WarmStartSettings, run.trainer).warm_start
+
+
 def warm_start_path(plan: Any, tracker: Any = None) -> str:
     """The folder training starts from: `trainer.warm_start.checkpoint`, the SFT result (made if missing), or
     the base model (the plan's model source) when the warm start is off. With a tracker, a warm start made here
@@ -57,7 +65,7 @@ def warm_start_path(plan: Any, tracker: Any = None) -> str:
     from agentrl.models.lora_folder import is_model_folder
     from agentrl.trainers.sft.trainer import role_demonstrations, run_sft, sft_checkpoint_path
 
-    ws = plan.settings.trainer.warm_start
+    ws = warm_start_settings(plan.settings)
     if not ws.enabled:
         return plan.model.path()
     if ws.checkpoint:
@@ -92,11 +100,12 @@ def stopped_sft_step(plan: Any) -> int | None:
     from agentrl.trainers.sft.state import saved_step, state_dir
     from agentrl.trainers.sft.trainer import sft_checkpoint_path
 
-    t = plan.settings.trainer
+    run: RunConfig = plan.settings
+    t = run.trainer
     if isinstance(t, SFTTrainerConfig):
-        out = Path(t.output_dir) if t.output_dir else sft_checkpoint_path(plan.settings, t, plan.bundle, plan.agent)
+        out = Path(t.output_dir) if t.output_dir else sft_checkpoint_path(run, t, plan.bundle, plan.agent)
     elif isinstance(t, WarmStartSettings) and t.warm_start.enabled and not t.warm_start.checkpoint:
-        out = sft_checkpoint_path(plan.settings, t.warm_start, plan.bundle, plan.agent)
+        out = sft_checkpoint_path(run, t.warm_start, plan.bundle, plan.agent)
     else:
         return None
     return saved_step(state_dir(out))
@@ -109,13 +118,13 @@ def _evaluate(plan: Any, path: Path, tracker: Any) -> dict[str, float]:
     from agentrl.play.evaluate import evaluate
     from agentrl.play.services import start_services
 
-    run = plan.settings
+    run: RunConfig = plan.settings
     services = start_services(plan, str(path))
     services.runner.traces = tracker
     try:
         metrics, _ = evaluate(services, plan.bundle, run.env.eval_split, limit=run.trainer.eval_limit,
                               sampling=plan.sampling, seed_parts=(run.seed, PREFIX), prefix=f"{PREFIX}/eval",
-                              step=run.trainer.warm_start.steps, sink=EvalSink(tracker, Path(plan.run_dir)))
+                              step=warm_start_settings(run).steps, sink=EvalSink(tracker, Path(plan.run_dir)))
     finally:
         services.close()
     return metrics

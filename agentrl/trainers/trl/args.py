@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentrl.config.trainer import DEFAULT_ADVANTAGE
+from agentrl.config.schema import trainer_settings
+from agentrl.config.trainer import DEFAULT_ADVANTAGE, TRLTrainerConfig
 
 if TYPE_CHECKING:
     from agentrl.config.schema import RunConfig
-    from agentrl.config.trainer import TRLTrainerConfig
 
 # Our loss names -> TRL 1.16's (loss_type, importance_sampling_level) (trl/trainer/grpo_trainer.py `_compute_loss`).
 # The built-in grpo and dapo losses sum over every model token of the step and divide by their count: TRL's
@@ -74,7 +74,7 @@ def batch_layout(t: TRLTrainerConfig) -> dict[str, int]:
 
 def check_config(settings: RunConfig) -> None:
     """Refuse what TRL lacks or `trainer=trl` cannot run, naming the key (called when the plan is built)."""
-    t = settings.trainer
+    t = trainer_settings(settings, TRLTrainerConfig)
     for key, (accepted, why) in LACKS.items():
         if getattr(t, key) != accepted:
             raise TRLConfigError(f"trainer.{key}={getattr(t, key)} has no counterpart in TRL's GRPOTrainer "
@@ -137,7 +137,7 @@ def use_cpu(t: TRLTrainerConfig) -> bool:
 
 def grpo_config_kwargs(settings: RunConfig, *, output_dir: str | Path, cpu: bool) -> dict[str, Any]:
     """The keyword arguments for `trl.GRPOConfig`: every mapped setting, then `trainer.extra_args`."""
-    t, agent, model = settings.trainer, settings.agent, settings.model
+    t, agent, model = trainer_settings(settings, TRLTrainerConfig), settings.agent, settings.model
     layout = batch_layout(t)
     max_turns = agent.max_turns
     per_turn = agent.max_response_tokens or SESSION_MAX_TOKENS

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config.portable import to_portable
+from agentrl.config.schema import RunConfig, trainer_settings
+from agentrl.config.trainer import TRLTrainerConfig
 from agentrl.console import progress, run_relayed
 from agentrl.play.dependency import DependencyLost
 from agentrl.play.eval_results import EVALS_DIR, publish
@@ -125,16 +127,22 @@ class TRLTrainer(TrainerBase):
         except TRLConfigError as err:
             raise SystemExit(f"agentrl: {err}") from None
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
-        self.no_update = NoUpdateWatch(penalize=plan.settings.trainer.model_failures == "drop")
-        self.start_path, self.resume_from, self.warm_s = "", None, 0.0
+        self.no_update = NoUpdateWatch(penalize=self.t.model_failures == "drop")
+        self.start_path, self.warm_s = "", 0.0
+        self.resume_from: str | None = None
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> RunConfig:
         """The run's typed config (`Plan.settings`)."""
         return self.plan.settings
 
+    @property
+    def t(self) -> TRLTrainerConfig:
+        """`trainer=trl`'s typed settings (`Plan.settings.trainer`)."""
+        return trainer_settings(self.settings, TRLTrainerConfig)
+
     @classmethod
-    def plan_problem(cls, settings: Any) -> str | None:
+    def plan_problem(cls, settings: RunConfig) -> str | None:
         """Why these typed settings (`RunConfig`) cannot run under TRL (None: they can); the plan refuses them
         before anything starts."""
         try:
@@ -146,8 +154,8 @@ class TRLTrainer(TrainerBase):
     @classmethod
     def dry_run_report(cls, plan: Any) -> str:
         """The exact GRPOConfig and launch command `fit()` would use."""
-        s = plan.settings
-        t = s.trainer
+        s: RunConfig = plan.settings
+        t = trainer_settings(s, TRLTrainerConfig)
         try:
             check_config(s)
         except TRLConfigError as err:
@@ -194,12 +202,13 @@ class TRLTrainer(TrainerBase):
     def fit(self) -> dict[str, float]:
         """`setup`, then TRL's loop, then `cleanup`; returns the final metrics (their `eval/reward` is the
         objective)."""
-        t = self.settings.trainer
+        t = self.t
         self.setup(self.plan)
         start_path, resume_from, warm_s = self.start_path, self.resume_from, self.warm_s
         run_dir = Path(self.plan.run_dir)
         output_dir = checkpoint_root(self.plan.settings, self.tracker.run_id)
-        resumed = {"resume_from": resume_from, "record": checkpoint_record(self.plan, self.tracker.run_id)}
+        resumed: dict[str, Any] = {"resume_from": resume_from,
+                                   "record": checkpoint_record(self.plan, self.tracker.run_id)}
         self.tracker.set_tags({"agentrl.backend": "trl", "agentrl.trl.num_processes": t.num_processes})
         try:
             if t.num_processes > 1:
@@ -216,7 +225,7 @@ class TRLTrainer(TrainerBase):
         finally:
             self.cleanup()
         final.pop("history", None)
-        if not resume_from and self.settings.trainer.warm_start.enabled:  # name only the stages that ran
+        if not resume_from and self.t.warm_start.enabled:  # name only the stages that ran
             final["time/warm_start_total_s"] = warm_s
         if no_update := self.no_update.metrics():
             self.tracker.log(no_update, step=t.steps)
@@ -238,7 +247,7 @@ class TRLTrainer(TrainerBase):
                 "final_path": str(final_path), "trace_train_fraction": self.tracker.trace_train_fraction, **resumed}
         spec_path = run_dir / "trl_spec.json"
         spec_path.write_text(json.dumps(spec))
-        t = self.settings.trainer
+        t = self.t
         command = launch_command(t, spec_path)
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[3])  # the checkout (above agentrl/trainers/trl/), for workers started from another folder

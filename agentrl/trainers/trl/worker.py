@@ -28,6 +28,8 @@ import torch
 
 from agentrl.agents.record import Rollout
 from agentrl.config.inference import EmbeddedInferenceConfig
+from agentrl.config.schema import RunConfig, trainer_settings
+from agentrl.config.trainer import TRLTrainerConfig
 from agentrl.console import TRL_SILENCE
 from agentrl.devices import set_threads
 from agentrl.group_filter import FAILED, group_drop_reason
@@ -51,12 +53,12 @@ TRACES_PREFIX = "trl_traces_"  # each accelerate rank's episode traces: trl_trac
 INDEX_KEY = "agentrl_index"  # carried in every prompt message: rollout_func receives only the prompts
 
 
-def train_dataset(settings: Any, bundle: Any) -> Any:
+def train_dataset(settings: RunConfig, bundle: Any) -> Any:
     """The step's rows in the built-in trainer's seeded order (`RowStream`), `steps x prompts_per_step` of them.
     `settings` is the plan's typed config (`Plan.settings`)."""
     from datasets import Dataset
 
-    split, t = settings.env.train_split, settings.trainer
+    split, t = settings.env.train_split, trainer_settings(settings, TRLTrainerConfig)
     stream = RowStream(bundle.splits()[split], settings.seed)
     rows = []
     for _ in range(t.steps * t.prompts_per_step):
@@ -91,14 +93,14 @@ class Bridge:
         # Per-task eval files (evals/eval-step-<n>.jsonl) as trainer=grpo writes them; logged to the tracker when
         # this process has one (one process), else by the parent after the workers end (`TRLTrainer._launch`).
         self.eval_sink = EvalSink(plan.tracker, Path(run_dir or plan.run_dir))
-        self.settings = plan.settings
-        self.t = plan.settings.trainer
+        self.settings: RunConfig = plan.settings
+        self.t = trainer_settings(self.settings, TRLTrainerConfig)
         self.synced_step = 0  # the engine holds the start folder, which is TRL's step-0 model
         self.calls = 0
         self.played: PlayedStep | None = None  # the last rollout_func call's plays, over every rank
         self.stats: StepStats | None = None  # the last step's report (steps.make_callback makes it)
         self.history: dict[str, list[tuple[int, float]]] = {"train/reward": [], "eval/reward": []}
-        self.times: Counter[str] = Counter()
+        self.times: defaultdict[str, float] = defaultdict(float)  # wall seconds: train, eval
 
     # --------------------------------------------------------------- weights
 
@@ -195,7 +197,7 @@ def record_callback(record: dict[str, Any], bridge: Bridge) -> Any:
     return RecordCallback()
 
 
-def trained_model(settings: Any, start_path: str) -> tuple[Any, Any]:
+def trained_model(settings: RunConfig, start_path: str) -> tuple[Any, Any]:
     """GRPOTrainer's `model` and `peft_config`: the start folder and `model.lora`'s adapter config. A LoRA warm
     start's adapter folder is loaded as its base with that adapter: trained further under `model.lora` (TRL takes
     the PeftModel), else merged in and the whole model trained, as `trained_model.load_trained_model` does."""
@@ -227,10 +229,11 @@ def train(plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Si
     from transformers import AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    settings = plan.settings
+    settings: RunConfig = plan.settings
+    t = trainer_settings(settings, TRLTrainerConfig)
     torch.manual_seed(settings.seed)
     threads = set_threads(settings)
-    cpu = use_cpu(settings.trainer)
+    cpu = use_cpu(t)
     args = GRPOConfig(**grpo_config_kwargs(settings, output_dir=output_dir, cpu=cpu))
     rank = args.process_index
     if rank != 0:  # TRL's experimental-API notice: rank 0 shows it once, not every process
@@ -269,7 +272,7 @@ def train(plan: Any, *, start_path: str, output_dir: str, run_dir: str, sink: Si
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         (Path(run_dir) / f"trl_rank{rank}_weights.json").write_text(json.dumps(weight_digest(model)))
         if trainer.accelerator.is_main_process:
-            steps = settings.trainer.steps
+            steps = t.steps
             greedy = bridge.evaluate(trainer, steps, greedy=True)
             if sink is not None:
                 sink(greedy, steps)
