@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 from agentrl.config.inference import EmbeddedInferenceConfig as Embedded  # the defaults' one home
-from agentrl.inference import kv_cache
+from agentrl.inference import kv_cache, packed_linear
 from agentrl.inference.adapter import load_served_model
 from agentrl.inference.batch import DecodeBatch, prefill_inputs, sample_tokens
 from agentrl.inference.completion import (
@@ -117,6 +117,7 @@ class EmbeddedEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         # A LoRA adapter folder serves its base with the adapter merged in (`inference/adapter.py`).
         self.model, self._adapter_base = load_served_model(path, self.dtype, self.device)
+        packed_linear.pack_linears(self.model)  # float32 on a CPU only: the big matrices laid out once for oneDNN
         # transformers 5.x renamed the cache argument and output field `past_key_values` -> `cache`.
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -391,6 +392,7 @@ class EmbeddedEngine:
                 fut.set_result(self.weight_version)
             except Exception as exc:  # a bad update fails its caller, not the engine
                 fut.set_exception(exc)
+        packed_linear.repack(self.model)  # before the next forward pass, which only this thread runs
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any,
                  prefix: SharedPrefix | None = None) -> tuple[torch.Tensor, Any]:

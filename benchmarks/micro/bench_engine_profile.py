@@ -55,6 +55,9 @@ def main() -> None:
     ap.add_argument("--unshared", action="store_true",
                     help="also decode the same rows with the shared prefix copied into every row (as before the "
                          "engine held it once), alternating steps with the shared batch, and print the ratio")
+    ap.add_argument("--unpacked", action="store_true",
+                    help="also time decode steps with the engine's prepacked linear layers off (plain F.linear), "
+                         "alternating with steps that use them, and print the ratio")
     ap.add_argument("--gap", type=int, default=0,
                     help="also serve N of the rows through the engine's own worker (32 tokens each, T=1) and print "
                          "their logprobs' gap to a fresh float32 forward pass of the same model, row by row")
@@ -83,7 +86,8 @@ def main() -> None:
 
     engine._forward = timed("forward", forward)  # type: ignore[method-assign]
     engine._sample = timed("sample", sample)  # type: ignore[method-assign]
-    steps = args.steps + (4 if args.profile else 0) + (args.steps if args.unshared else 0)
+    steps = args.steps + (4 if args.profile else 0) + (args.steps if args.unshared else 0) + \
+        (2 * args.steps if args.unpacked else 0)
     with torch.inference_mode():
         engine._prefill(requests(prompts[:2], 2))  # warm-up
         while engine._batch:
@@ -107,6 +111,8 @@ def main() -> None:
               flush=True)
         if args.unshared:
             compare_unshared(engine, prompts, args.steps)
+        if args.unpacked:
+            compare_unpacked(engine, args.steps)
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
 
@@ -138,6 +144,27 @@ def compare_unshared(engine: EmbeddedEngine, prompts: list[list[int]], steps: in
     engine._batch = shared
     a, b = (1000 * statistics.median(walls[k]) for k in ("shared", "unshared"))
     print(f"decode step, prefix held once: {a:.1f} ms median; copied into every row: {b:.1f} ms; "
+          f"ratio {b / a:.2f}x (steps alternating, {steps} each)", flush=True)
+
+
+def compare_unpacked(engine: EmbeddedEngine, steps: int) -> None:
+    """Decode steps with the prepacked linear layers (`inference/packed_linear.py`) alternating with steps that
+    multiply by the plain weights (F.linear), on the same running batch: the ratio of their medians."""
+    from agentrl.inference.packed_linear import packed_layers
+
+    layers = list(packed_layers(engine.model))
+    walls: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(steps):
+        for packed in (True, False):
+            for layer in layers:
+                layer.enabled = packed
+            t0 = time.perf_counter()
+            engine._decode_step()
+            walls[packed].append(time.perf_counter() - t0)
+    for layer in layers:
+        layer.enabled = True
+    a, b = (1000 * statistics.median(walls[k]) for k in (True, False))
+    print(f"decode step, {len(layers)} linear layers prepacked: {a:.1f} ms median; plain F.linear: {b:.1f} ms; "
           f"ratio {b / a:.2f}x (steps alternating, {steps} each)", flush=True)
 
 
