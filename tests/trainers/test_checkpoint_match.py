@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.envs.textarena.tictactoe import heuristic_move
+from agentrl.envs.bundles.textarena.tictactoe import heuristic_move
 from agentrl.plan import build_plan
 from agentrl.play.checkpoint_match import checkpoint_matches, match_metrics
 from agentrl.testing.config import compose_config

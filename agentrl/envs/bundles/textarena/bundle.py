@@ -22,8 +22,8 @@ import random
 import re
 from typing import Any
 
+from agentrl.envs.bundles.textarena.tictactoe import heuristic_move
 from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
-from agentrl.envs.textarena.tictactoe import heuristic_move
 
 OPPONENTS = ("random", "first", "heuristic")
 # Games the `heuristic` player (teacher and scripted opponent) knows; it reads a 3x3 board.

@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentrl.envs.bundles import MANIFEST, SHIPPED_DIR, write_jsonl_gz
+from agentrl.envs.bundles import MANIFEST, shipped_folder, write_jsonl_gz
 
 from .baselines import baseline_table
 from .prompts import TOOL_NAME
 from .tasks import GENERATOR_VERSION, SPLIT_SIZES, make_task
 
-KIND = "agentrl.envs.gridsim.bundle:GridSimBundle"
-DEFAULT_FOLDER = SHIPPED_DIR / "gridsim"
+KIND = "agentrl.envs.bundles.gridsim.bundle:GridSimBundle"
+DEFAULT_FOLDER = shipped_folder("gridsim")
 
 
 def generate_split(split: str) -> list[dict[str, Any]]:

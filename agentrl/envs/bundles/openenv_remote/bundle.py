@@ -24,9 +24,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentrl.envs.openenv_remote.local_app import LocalApp, local_app
-from agentrl.envs.openenv_remote.remote import RemoteEnvError, RemoteSession, auth_headers, base_url, probe
-from agentrl.envs.openenv_remote.teacher import load_policy, play_demonstration
+from agentrl.envs.bundles.openenv_remote.local_app import LocalApp, local_app
+from agentrl.envs.bundles.openenv_remote.remote import (
+    RemoteEnvError,
+    RemoteSession,
+    auth_headers,
+    base_url,
+    probe,
+)
+from agentrl.envs.bundles.openenv_remote.teacher import load_policy, play_demonstration
 from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
 
 DEFAULT_SYSTEM = "You act in an environment through its tools. Call them until the task is done."

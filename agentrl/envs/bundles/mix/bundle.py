@@ -15,7 +15,8 @@ The warm start (`trainer.warm_start.teacher`): `each` demonstrates every row by 
 group's `demonstrations`, else the first its bundle offers); a teacher some groups offer is theirs, the other groups
 use their own. A mix with a group whose bundle has no teachers offers none.
 
-Standard library only, as `bundles.py`: a sandbox rebuilds the mix from `spec()`, whose groups are resolved.
+Standard library only, as the loader (`envs/bundles/__init__.py`): a sandbox rebuilds the mix from `spec()`, whose
+groups are resolved.
 """
 
 from __future__ import annotations
@@ -208,10 +209,10 @@ class MixBundle(Bundle):
 
 def make_bundle(bundles: Any = None, groups: list[dict[str, Any]] | None = None, **options: Any) -> MixBundle:
     """`load_bundle("mix", bundles=...)`'s factory: `bundles` as the config gives it (checked and typed by
-    `mix_groups`), or `groups` already resolved (a `spec()`, e.g. inside a sandbox)."""
+    `groups.mix_groups`), or `groups` already resolved (a `spec()`, e.g. inside a sandbox)."""
     if groups is None:
         # OmegaConf and the schemas: needed only where plans are built, never in a sandbox.
-        from agentrl.envs.mix_groups import mix_groups
+        from agentrl.envs.bundles.mix.groups import mix_groups
 
         groups = mix_groups(bundles)
     elif bundles is not None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from agentrl.envs.openenv_remote.teacher import load_callable
+from agentrl.envs.bundles.openenv_remote.teacher import load_callable
 
 MANIFEST = "openenv.yaml"
 

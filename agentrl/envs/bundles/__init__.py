@@ -1,8 +1,9 @@
-"""Bundle folders and `load_bundle`, the `env` config group's target.
+"""The bundles, one package each beside this loader (`gridsim/`, `arith/`, `calc/`, `mix/`, `openenv_remote/`,
+`reasoning_gym/`, `textarena/`), and `load_bundle`, the `env` config group's target.
 
-A bundle folder holds `bundle.json` and its data files (JSON Lines, optionally gzip-compressed):
+A shipped bundle's data sits beside its code, in `<name>/data/`. A bundle folder holds `bundle.json` and its data files (JSON Lines, optionally gzip-compressed):
 
-    {"name": "gridsim", "version": "1", "kind": "agentrl.envs.gridsim.bundle:GridSimBundle",
+    {"name": "gridsim", "version": "1", "kind": "agentrl.envs.bundles.gridsim.bundle:GridSimBundle",
      "splits": {"train": {"file": "train.jsonl.gz", "count": 2000}, ...},
      "toolsets": {"default": ["submit_schedule"]},
      "files": {"train.jsonl.gz": "<sha256 hex>", ...}, ...}
@@ -34,15 +35,15 @@ from typing import Any
 from agentrl.envs.task import Bundle, TaskInfo
 
 MANIFEST = "bundle.json"
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "bundles"
+_PACKAGE_DIR = Path(__file__).resolve().parent  # a shipped bundle's folder is <name>/data/ in here
 # Bundles made from a remote server or a library rather than a folder: name -> "module:factory", the factory
 # taking the options (and train_split, eval_split) as keywords. `load_bundle(name, ...)` builds them, so their
 # `spec()` rebuilds them anywhere, as a folder's does.
 GENERATED: dict[str, str] = {
-    "mix": "agentrl.envs.mix:make_bundle",
-    "openenv": "agentrl.envs.openenv_remote:make_bundle",
-    "reasoning_gym": "agentrl.envs.reasoning_gym:make_bundle",
-    "textarena": "agentrl.envs.textarena:make_bundle",
+    "mix": "agentrl.envs.bundles.mix:make_bundle",
+    "openenv": "agentrl.envs.bundles.openenv_remote:make_bundle",
+    "reasoning_gym": "agentrl.envs.bundles.reasoning_gym:make_bundle",
+    "textarena": "agentrl.envs.bundles.textarena:make_bundle",
 }
 
 
@@ -50,16 +51,21 @@ class BundleError(ValueError):
     """A bundle folder is missing, malformed, or its data does not match its manifest."""
 
 
+def shipped_folder(name: str) -> Path:
+    """The data folder of shipped bundle `name` (`<name>/data/`, beside its code), whether or not it exists."""
+    return _PACKAGE_DIR / name / "data"
+
+
 def shipped_bundles() -> list[str]:
-    """Names of the bundles shipped with agentrl."""
-    return sorted(p.parent.name for p in SHIPPED_DIR.glob(f"*/{MANIFEST}"))
+    """Names of the bundles shipped with agentrl (with a data folder)."""
+    return sorted(p.parent.parent.name for p in _PACKAGE_DIR.glob(f"*/data/{MANIFEST}"))
 
 
 def bundle_folder(bundle: str | Path) -> Path:
     """The folder of a shipped bundle name or a path to a bundle folder."""
     text = str(bundle)
-    if "/" not in text and "\\" not in text and (SHIPPED_DIR / text / MANIFEST).is_file():
-        return SHIPPED_DIR / text
+    if "/" not in text and "\\" not in text and (shipped_folder(text) / MANIFEST).is_file():
+        return shipped_folder(text)
     path = Path(text).expanduser()
     if (path / MANIFEST).is_file():
         return path.resolve()
@@ -176,7 +182,7 @@ def load_bundle(bundle: str, train_split: str = "train", eval_split: str = "eval
         raise TypeError(f"bundle {manifest['name']!r} got unknown option(s) {', '.join(map(repr, unknown))}; "
                         f"it takes: {takes}")
     verify_files(folder, manifest)
-    source = folder.name if folder == SHIPPED_DIR / folder.name else str(folder)
+    source = folder.parent.name if folder == shipped_folder(folder.parent.name) else str(folder)
     return cls.from_folder(folder, manifest, source=source, train_split=train_split, eval_split=eval_split,
                            **{**allowed, **options})
 

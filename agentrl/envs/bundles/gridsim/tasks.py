@@ -1,5 +1,5 @@
 """Task generation: each task is a pure function of (split, index); dates, batteries and prices are drawn from
-seeded generators, so the stored packs can be regenerated bit for bit (`python -m agentrl.envs.gridsim build`)."""
+seeded generators, so the stored packs can be regenerated bit for bit (`python -m agentrl.envs.bundles.gridsim build`)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl.envs.reasoning_gym.bundle import ReasoningGymBundle
+from agentrl.envs.bundles.reasoning_gym.bundle import ReasoningGymBundle
 
 
 def make_bundle(**options: Any) -> ReasoningGymBundle:

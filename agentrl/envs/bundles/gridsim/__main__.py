@@ -1,4 +1,4 @@
-"""`python -m agentrl.envs.gridsim {build,baselines}`: regenerate the packs, or print the baseline table."""
+"""`python -m agentrl.envs.bundles.gridsim {build,baselines}`: regenerate the packs, or print the baseline table."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentrl.envs.gridsim", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m agentrl.envs.bundles.gridsim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="regenerate the stored task packs and manifest bit for bit")
     b.add_argument("--out", type=Path, default=None, help="folder to write (default: the shipped bundle)")

@@ -1,10 +1,10 @@
 """An OpenEnv server someone else might have written, for trying `env=openenv` (docs/environments.md).
 
-    python -m agentrl.envs.openenv_remote.example --port 8010
+    python -m agentrl.envs.bundles.openenv_remote.example --port 8010
 
 Served by OpenEnv's own app (`create_app` of the `openenv` package, which the `[dev]` extra installs): an `MCPEnvironment`
 with one FastMCP tool, `guess`. Each reset (`seed`) hides a number 1..8; the reward is 1 when it is found
-within six guesses, else 0. `bisect` is its teacher (`env.teacher=agentrl.envs.openenv_remote.example:bisect`):
+within six guesses, else 0. `bisect` is its teacher (`env.teacher=agentrl.envs.bundles.openenv_remote.example:bisect`):
 it halves the range the answers so far leave, so it finds any number in at most four guesses.
 """
 
@@ -94,7 +94,7 @@ def app() -> Any:
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
-    parser = argparse.ArgumentParser(prog="python -m agentrl.envs.openenv_remote.example")
+    parser = argparse.ArgumentParser(prog="python -m agentrl.envs.bundles.openenv_remote.example")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8010)
     args = parser.parse_args(argv)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl.envs.textarena.bundle import TextArenaBundle
+from agentrl.envs.bundles.textarena.bundle import TextArenaBundle
 
 
 def make_bundle(**options: Any) -> TextArenaBundle:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl.envs.openenv_remote.bundle import OpenEnvBundle
+from agentrl.envs.bundles.openenv_remote.bundle import OpenEnvBundle
 
 
 def make_bundle(**options: Any) -> OpenEnvBundle:

@@ -1,4 +1,4 @@
-"""`python -m agentrl.envs.calc build`: regenerate the shipped problem files and manifest."""
+"""`python -m agentrl.envs.bundles.calc build`: regenerate the shipped problem files and manifest."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentrl.envs.calc", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m agentrl.envs.bundles.calc", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="regenerate the stored problems and manifest bit for bit")
     b.add_argument("--out", type=Path, default=None, help="folder to write (default: the shipped bundle)")
