@@ -124,7 +124,7 @@ async def test_stop_cuts_the_plays_in_flight_instead_of_waiting_them_out(live: s
             raise
         return clean()
 
-    with caplog.at_level(logging.WARNING, logger="agentrl.trainers"):
+    with caplog.at_level(logging.WARNING, logger="agentrl.play"):
         async with asyncio.timeout(SLACK_S):
             with pytest.raises(DependencyLost, match=f"the env server at {dead} stopped answering") as ei:
                 await play_guarded(b, list(range(8)), play)
@@ -173,7 +173,7 @@ async def test_wait_keeps_finished_plays_and_replays_only_what_the_outage_cut(li
 
 def test_failure_notes_warn_once_per_kind_and_on_a_high_share(caplog) -> None:
     notes = FailureNotes(share=0.5)
-    with caplog.at_level(logging.WARNING, logger="agentrl.trainers"):
+    with caplog.at_level(logging.WARNING, logger="agentrl.play"):
         notes.saw(failed(Failure.DEPLOY, "reset refused"))
         notes.saw(failed(Failure.DEPLOY, "again"))
         assert notes.step(3, [*clean(), *clean(), *failed(Failure.DEPLOY)]) is None  # a third: under the share
