@@ -1,7 +1,8 @@
 """The bundles, one package each beside this loader (`gridsim/`, `arith/`, `calc/`, `mix/`, `openenv_remote/`,
 `reasoning_gym/`, `textarena/`), and `load_bundle`, the `env` config group's target.
 
-A shipped bundle's data sits beside its code, in `<name>/data/`. A bundle folder holds `bundle.json` and its data files (JSON Lines, optionally gzip-compressed):
+A shipped bundle's folder is `<name>/data/`, beside its code. A bundle folder holds `bundle.json` and its data files
+(JSON Lines, optionally gzip-compressed):
 
     {"name": "gridsim", "version": "1", "kind": "agentrl.envs.bundles.gridsim.bundle:GridSimBundle",
      "splits": {"train": {"file": "train.jsonl.gz", "count": 2000}, ...},
