@@ -13,11 +13,11 @@ from hydra.utils import instantiate
 
 from agentrl.agents.base import HttpSessionPool
 from agentrl.agents.tool_calling import ToolCallingAgent
-from agentrl.envs.bundles import SHIPPED_DIR, load_bundle
-from agentrl.envs.calc import CalcError, calculate, evaluator, grade, parse_answer
-from agentrl.envs.calc.build import build
-from agentrl.envs.calc.bundle import MAX_CALCULATIONS
-from agentrl.envs.calc.problems import KINDS, LEVELS
+from agentrl.envs.bundles import load_bundle, shipped_folder
+from agentrl.envs.bundles.calc import CalcError, calculate, evaluator, grade, parse_answer
+from agentrl.envs.bundles.calc.build import build
+from agentrl.envs.bundles.calc.bundle import MAX_CALCULATIONS
+from agentrl.envs.bundles.calc.problems import KINDS, LEVELS
 from agentrl.envs.client import EpisodeClient
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.play.eval_subset import eval_subset
@@ -330,7 +330,7 @@ async def test_the_env_server_sends_the_grade_as_the_reward(calc, calc_url):
 
 def test_build_reproduces_the_stored_files_bit_for_bit(tmp_path: Path):
     build(tmp_path)
-    shipped = SHIPPED_DIR / "calc"
+    shipped = shipped_folder("calc")
     names = sorted(p.name for p in shipped.iterdir())
     assert names == ["bundle.json", "eval.jsonl.gz", "train.jsonl.gz"]
     for name in names:

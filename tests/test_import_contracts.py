@@ -2,17 +2,19 @@
 bundle added without its entry would go unguarded. Every backend is a package under agentrl/trainers/ (no module
 sits loose there); grpo, trl and miles are in the backends' independence contract, sft (the layer grpo and trl
 build on) forbids each of them and the TRL rank entry, the rank entry forbids every backend but TRL, and common
-forbids them all; every bundle is in the bundles-are-plugins and sibling-independence contracts."""
+forbids them all. Every bundle is a package under agentrl/envs/bundles/ (its code, and its data in data/): each is in
+the sibling-independence contract, and the bundles-are-plugins contract forbids the bundles package whole."""
 
 from __future__ import annotations
 
 import tomllib
 from pathlib import Path
 
-from agentrl.envs.bundles import GENERATED
+from agentrl.envs.bundles import GENERATED, shipped_bundles
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINERS = REPO / "agentrl" / "trainers"
+BUNDLES = REPO / "agentrl" / "envs" / "bundles"
 SHARED = "agentrl.trainers.common"  # what several backends share: a package, but no backend
 SFT = "agentrl.trainers.sft"  # the layer grpo and trl build on (the warm start): below them, not beside them
 TRL_RANK = "agentrl.trl_rank"  # TRL's rank entry, above the plan (it composes), so outside trainers/
@@ -28,10 +30,10 @@ def backend_packages() -> set[str]:
 
 
 def bundles() -> set[str]:
-    envs = REPO / "agentrl" / "envs"
-    folders = {p.parent.name for p in [*envs.glob("*/bundle.py"), *envs.glob("*/bundle.py.tmpl")]}
-    generated = {target.split(":")[0].removeprefix("agentrl.envs.") for target in GENERATED.values()}
-    return {f"agentrl.envs.{name}" for name in folders | generated}
+    """Every bundle package (agentrl/envs/bundles/<name>/), and the template for one's own (agentrl/envs/template)."""
+    packages = {f"agentrl.envs.bundles.{p.parent.name}" for p in BUNDLES.glob("*/__init__.py")}
+    templates = {f"agentrl.envs.{p.parent.name}" for p in (REPO / "agentrl" / "envs").glob("*/bundle.py.tmpl")}
+    return packages | templates
 
 
 def test_every_backend_is_a_package_in_the_backend_contracts() -> None:
@@ -52,9 +54,13 @@ def test_every_backend_is_a_package_in_the_backend_contracts() -> None:
 def test_every_bundle_is_guarded() -> None:
     c = contracts()
     found = bundles()
-    assert {"agentrl.envs.gridsim", "agentrl.envs.mix", "agentrl.envs.template"} <= found, found
-    assert found - set(c["sibling-bundles-are-independent"]["modules"]) == set()
-    # A bundle's own modules beside it (mix_groups is the mix's) are guarded with it.
-    own = {f"agentrl.envs.{p.stem}" for p in (REPO / "agentrl" / "envs").glob("*.py")
-           if any(p.stem.startswith(b.rsplit(".", 1)[1] + "_") for b in found)}
-    assert (found | own) - set(c["bundles-are-plugins"]["forbidden_modules"]) == set()
+    assert {"agentrl.envs.bundles.gridsim", "agentrl.envs.bundles.mix", "agentrl.envs.template"} <= found, found
+    # Every bundle is a package: a module loose beside the loader would be guarded by no independence contract.
+    assert sorted(p.name for p in BUNDLES.glob("*.py")) == ["__init__.py"], "a module loose in envs/bundles/"
+    assert set(c["sibling-bundles-are-independent"]["modules"]) == found
+    # Every bundle the loader builds by name (GENERATED) is one of those packages, and so is every shipped one.
+    generated = {target.split(":")[0] for target in GENERATED.values()}
+    assert generated <= found, generated - found
+    assert {f"agentrl.envs.bundles.{name}" for name in shipped_bundles()} <= found
+    # The plugins contract forbids the bundles package whole (each bundle in it) and the template.
+    assert set(c["bundles-are-plugins"]["forbidden_modules"]) == {"agentrl.envs.bundles", "agentrl.envs.template"}

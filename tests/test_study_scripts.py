@@ -59,7 +59,7 @@ def test_gridsim_cycles_profiles_the_rule_and_the_optimum(monkeypatch: pytest.Mo
     import gridsim_cycles
 
     from agentrl.envs.bundles import load_bundle
-    from agentrl.envs.gridsim.baselines import baseline_scores
+    from agentrl.envs.bundles.gridsim.baselines import baseline_scores
 
     rows = {("eval", i): row for i, row in enumerate(load_bundle("gridsim").rows("eval")[:60])}
 
@@ -88,7 +88,7 @@ def test_learned_selector_votes_per_hour_into_a_feasible_schedule(monkeypatch: p
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "studies"))
     import learned_selector
 
-    from agentrl.envs.gridsim.battery import is_feasible
+    from agentrl.envs.bundles.gridsim.battery import is_feasible
 
     a, b, c = [1, -1, 0, 0], [1, 0, -1, 0], [0, -1, 1, -1]
     assert learned_selector.per_hour_vote([a, b, c], 1) == [1, -1, 0, 0]

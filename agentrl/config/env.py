@@ -91,7 +91,7 @@ class ArithEnvConfig(ArithOptions, EnvConfig):
 
 @dataclass
 class CalcEnvConfig(EnvConfig):
-    """Arithmetic through a calculator tool (agentrl/envs/calc): calculate, then submit_answer."""
+    """Arithmetic through a calculator tool (agentrl/envs/bundles/calc): calculate, then submit_answer."""
 
     bundle: str = "calc"
 
@@ -104,7 +104,7 @@ class OpenEnvEnvConfig(EnvConfig):
     url: str | None = None  # the remote server's base URL (http://host:port); required, checked at plan time
     # When url is null: an app to serve here instead, on a free local port for the run's lifetime: an OpenEnv
     # environment folder (its openenv.yaml names the app, e.g. OpenEnv/envs/grid_world_env), or
-    # package.module:function returning an ASGI app (e.g. agentrl.envs.openenv_remote.example:app).
+    # package.module:function returning an ASGI app (e.g. agentrl.envs.bundles.openenv_remote.example:app).
     serve: str | None = None
     # The *name* of the environment variable holding the remote server's bearer token.
     token_var: str | None = None

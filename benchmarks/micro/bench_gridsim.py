@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.envs.gridsim.battery import Battery, greedy, optimum
-from agentrl.envs.gridsim.tasks import cents_of
+from agentrl.envs.bundles.gridsim.battery import Battery, greedy, optimum
+from agentrl.envs.bundles.gridsim.tasks import cents_of
 
 EPISODES = 10_000
 

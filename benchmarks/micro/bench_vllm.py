@@ -53,8 +53,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from agentrl.envs.gridsim.prompts import system_prompt, tool_schema, user_prompt  # noqa: E402
-from agentrl.envs.gridsim.tasks import make_task  # noqa: E402
+from agentrl.envs.bundles.gridsim.prompts import system_prompt, tool_schema, user_prompt  # noqa: E402
+from agentrl.envs.bundles.gridsim.tasks import make_task  # noqa: E402
 from agentrl.models.tiny import ensure_tiny_model  # noqa: E402
 
 TEMPERATURE = 0.6  # GridSim chats (tiny, wide), as the flagship samples
@@ -101,15 +101,15 @@ def gridsim_chat(i: int) -> list[dict[str, str]]:
 
 def calc_chat(i: int) -> list[dict[str, str]]:
     """calc eval task i as the calc_smollm2 recipe's agent opens it (CalcEpisode.first_turn)."""
-    from agentrl.envs.calc.bundle import SYSTEM_PROMPT
-    from agentrl.envs.calc.problems import SPLIT_SIZES, make_problem
+    from agentrl.envs.bundles.calc.bundle import SYSTEM_PROMPT
+    from agentrl.envs.bundles.calc.problems import SPLIT_SIZES, make_problem
 
     return [{"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": make_problem("eval", i % SPLIT_SIZES["eval"])["question"]}]
 
 
 def calc_tools() -> list[dict[str, Any]]:
-    from agentrl.envs.calc.bundle import TOOLS as CALC_TOOLS
+    from agentrl.envs.bundles.calc.bundle import TOOLS as CALC_TOOLS
 
     return [json.loads(json.dumps(t)) for t in CALC_TOOLS]
 

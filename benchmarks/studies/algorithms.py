@@ -67,7 +67,7 @@ def mean_se(xs: Sequence[float]) -> tuple[float, float]:
 
 def greedy_rule_scores(plan, limit: int | None) -> list[float]:
     """The greedy rule's score on each eval day, in eval order."""
-    from agentrl.envs.gridsim.baselines import baseline_scores
+    from agentrl.envs.bundles.gridsim.baselines import baseline_scores
 
     rows = plan.bundle.rows(plan.settings.env.eval_split)
     return [baseline_scores(r)["greedy"] for r in (rows[:limit] if limit else rows)]

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentrl.envs.gridsim.battery import HOURS
+from agentrl.envs.bundles.gridsim.battery import HOURS
 from agentrl.play.eval_results import read_results
 
 SHAPES = ("none", "part", "one", "more")  # hours sold: 0, 1..D-1, D, > D
@@ -45,8 +45,8 @@ def profile(records: Iterable[Mapping[str, Any]], rows: Mapping[tuple[str, int],
             ) -> dict[str, dict[str, float]]:
     """Per duration (`1h`, ...) and `all`: samples, mean score, the best single cycle's mean, the share of samples
     at it, the share of each shape among parsed schedules, the share unparsed, and the mean score of `more`."""
-    from agentrl.envs.gridsim.battery import UNITS_PER_USD, Battery, best_single_cycle, score
-    from agentrl.envs.gridsim.tasks import cents_of
+    from agentrl.envs.bundles.gridsim.battery import UNITS_PER_USD, Battery, best_single_cycle, score
+    from agentrl.envs.bundles.gridsim.tasks import cents_of
 
     acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for record in records:

@@ -112,8 +112,8 @@ def main() -> None:
 
     from agentrl.agents.demos import assistant
     from agentrl.devices import set_threads
-    from agentrl.envs.gridsim.battery import profit_units, score
-    from agentrl.envs.gridsim.episode import parse_day
+    from agentrl.envs.bundles.gridsim.battery import profit_units, score
+    from agentrl.envs.bundles.gridsim.episode import parse_day
     from agentrl.envs.task import opening_turn
     from agentrl.play.eval_results import majority_score
     from agentrl.trainers.common.trained_model import load_trained_model

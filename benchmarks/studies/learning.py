@@ -47,7 +47,7 @@ def eval_both(cfg, plan, model_path: str, limit: int | None, temperature: float,
 
 
 def baselines(plan, limit: int | None) -> dict[str, dict[str, float]]:
-    from agentrl.envs.gridsim.baselines import baseline_table
+    from agentrl.envs.bundles.gridsim.baselines import baseline_table
 
     rows = plan.bundle.rows(plan.settings.env.eval_split)
     return baseline_table(rows[:limit] if limit else rows)

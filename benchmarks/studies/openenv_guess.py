@@ -4,7 +4,7 @@ learns").
     python benchmarks/studies/openenv_guess.py --home H --seeds 0 1 2
 
 For each seed, runs the real CLI (`python -m agentrl +recipe=openenv_guess seed=S`) in a subprocess: the recipe
-serves the example (`agentrl.envs.openenv_remote.example`: openenv-core's own app, a real server; `env.serve`),
+serves the example (`agentrl.envs.bundles.openenv_remote.example`: openenv-core's own app, a real server; `env.serve`),
 makes its SFT warm start from the bisection teacher's plays of that server, then runs GRPO. Afterwards the
 untrained model, the run's warm start and its final model are each evaluated with the trainer's own evaluator on
 every eval task (seed) with the same sampling seeds, at the recipe's temperature, and the paired per-task

@@ -5,7 +5,7 @@
     python -m agentrl compare <eval run id or evals/eval.jsonl> rule.jsonl
 
 The rule is a program, not a model, so `agentrl eval` cannot play it: its score per day is the grader's
-(`envs/gridsim/baselines.py`), the same numbers `algorithms.py beat` pairs against.
+(`envs/bundles/gridsim/baselines.py`), the same numbers `algorithms.py beat` pairs against.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def main() -> None:
     args, extra = parser.parse_known_args()
     from hydra.utils import instantiate
 
-    from agentrl.envs.gridsim.baselines import baseline_scores
+    from agentrl.envs.bundles.gridsim.baselines import baseline_scores
 
     cfg = compose_config(*[f"+recipe={args.recipe}", *[x for x in extra if x != "--"]])
     bundle, split = instantiate(cfg.env), str(cfg.env.eval_split)

@@ -10,8 +10,8 @@ from agentrl.agents.base import HttpSessionPool
 from agentrl.agents.record import Failure
 from agentrl.agents.self_play import SelfPlayAgent, seat_of
 from agentrl.envs.bundles import load_bundle
+from agentrl.envs.bundles.textarena.bundle import listed_moves
 from agentrl.envs.server import build_app, serve_in_background
-from agentrl.envs.textarena.bundle import listed_moves
 from agentrl.rewards import EnvScore
 from agentrl.testing import ScriptedChat
 from agentrl.testing.plays import rewarded

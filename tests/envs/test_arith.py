@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.envs.arith import extract_answer, verify_answer
-from agentrl.envs.arith.problems import LEVELS
 from agentrl.envs.bundles import load_bundle
+from agentrl.envs.bundles.arith import extract_answer, verify_answer
+from agentrl.envs.bundles.arith.problems import LEVELS
 
 
 @pytest.mark.parametrize("text,label", [

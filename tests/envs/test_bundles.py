@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.envs.bundles import SHIPPED_DIR, BundleError, load_bundle, read_manifest, shipped_bundles
+from agentrl.envs.bundles import BundleError, load_bundle, read_manifest, shipped_bundles, shipped_folder
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,8 @@ def test_shipped_bundles_load_with_expected_splits():
 
 
 def test_shipped_bundles_stay_small():
-    total = sum(p.stat().st_size for p in SHIPPED_DIR.rglob("*") if p.is_file())
+    files = [p for name in shipped_bundles() for p in shipped_folder(name).rglob("*") if p.is_file()]
+    total = sum(p.stat().st_size for p in files)
     assert total < 3_000_000
 
 
@@ -61,7 +62,7 @@ def test_hydra_instantiates_the_env_config():
 @pytest.fixture
 def gridsim_copy(tmp_path: Path) -> Path:
     folder = tmp_path / "my-gridsim"
-    shutil.copytree(SHIPPED_DIR / "gridsim", folder)
+    shutil.copytree(shipped_folder("gridsim"), folder)
     return folder
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.envs.gridsim import MAX_SUBMISSIONS
+from agentrl.envs.bundles.gridsim import MAX_SUBMISSIONS
 from agentrl.envs.task import ToolResult
 
 TOOL = "submit_schedule"
@@ -241,8 +241,8 @@ def test_demonstration_messages(bundle, teacher):
 def test_demonstration_variant_is_the_same_day_with_another_battery_played_optimally() -> None:
     import random
 
-    from agentrl.envs.gridsim.battery import Battery, greedy, is_feasible, optimum, profit_units
-    from agentrl.envs.gridsim.tasks import cents_of
+    from agentrl.envs.bundles.gridsim.battery import Battery, greedy, is_feasible, optimum, profit_units
+    from agentrl.envs.bundles.gridsim.tasks import cents_of
 
     bundle = load_bundle("gridsim", prompt_style="compact")
     record = bundle.row("train", 3)
@@ -268,7 +268,7 @@ def test_demonstration_variant_is_the_same_day_with_another_battery_played_optim
 
 
 def test_generated_days_are_fresh_train_date_days_played_by_the_teacher() -> None:
-    from agentrl.envs.gridsim.tasks import generated_task, split_dates
+    from agentrl.envs.bundles.gridsim.tasks import generated_task, split_dates
 
     bundle = load_bundle("gridsim", prompt_style="compact")
     train_dates, eval_dates = set(map(str, split_dates()["train"])), set(map(str, split_dates()["eval"]))
@@ -290,7 +290,7 @@ def test_generated_days_are_fresh_train_date_days_played_by_the_teacher() -> Non
 
 
 def test_compact_style_serves_a_short_tool_schema_for_the_same_arguments() -> None:
-    from agentrl.envs.gridsim import SUBMIT_SCHEDULE_TOOL
+    from agentrl.envs.bundles.gridsim import SUBMIT_SCHEDULE_TOOL
 
     full = load_bundle("gridsim", prompt_style="full").episode("eval", 0).first_turn().tools
     compact = load_bundle("gridsim", prompt_style="compact").episode("eval", 0).first_turn().tools

@@ -1,4 +1,4 @@
-"""`python -m agentrl.envs.gridsim build` reproduces the stored packs bit for bit; `baselines` prints the table."""
+"""`python -m agentrl.envs.bundles.gridsim build` reproduces the stored packs bit for bit; `baselines` prints the table."""
 
 from __future__ import annotations
 
@@ -7,26 +7,26 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.envs.bundles import SHIPPED_DIR, read_manifest
+from agentrl.envs.bundles import read_manifest, shipped_folder
 from agentrl.testing.cli import run_cli
 
 
 def _cli(*args: str) -> str:
-    return run_cli(args, module="agentrl.envs.gridsim", check=True).stdout
+    return run_cli(args, module="agentrl.envs.bundles.gridsim", check=True).stdout
 
 
 @pytest.mark.slow
 def test_build_reproduces_the_stored_fingerprints_and_manifest(tmp_path: Path):
     manifest = json.loads(_cli("build", "--out", str(tmp_path), "--json"))
-    stored = read_manifest(SHIPPED_DIR / "gridsim")
+    stored = read_manifest(shipped_folder("gridsim"))
     assert manifest["files"] == stored["files"]
-    assert (tmp_path / "bundle.json").read_bytes() == (SHIPPED_DIR / "gridsim" / "bundle.json").read_bytes()
+    assert (tmp_path / "bundle.json").read_bytes() == (shipped_folder("gridsim") / "bundle.json").read_bytes()
 
 
 def test_arith_build_reproduces_the_stored_fingerprints(tmp_path: Path):
-    from agentrl.envs.arith.build import build
+    from agentrl.envs.bundles.arith.build import build
 
-    assert build(tmp_path)["files"] == read_manifest(SHIPPED_DIR / "arith")["files"]
+    assert build(tmp_path)["files"] == read_manifest(shipped_folder("arith"))["files"]
 
 
 def test_baselines_cli_orders_the_policies_and_matches_the_manifest():
@@ -36,6 +36,6 @@ def test_baselines_cli_orders_the_policies_and_matches_the_manifest():
     assert all_["idle"] == 0.2 and all_["optimum"] == 1.0
     assert all_["random_feasible"] < all_["idle"] < all_["fixed_clock"] < all_["greedy"] \
         < all_["best_single_cycle"] < all_["optimum"]
-    assert table == read_manifest(SHIPPED_DIR / "gridsim")["baselines"]["eval"]
+    assert table == read_manifest(shipped_folder("gridsim"))["baselines"]["eval"]
     text = _cli("baselines")
     assert "greedy" in text and "4h" in text.splitlines()[1]

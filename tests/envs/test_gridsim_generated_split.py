@@ -10,7 +10,7 @@ from openenv.core.env_server.mcp_types import CallToolAction
 from openenv.core.mcp_client import MCPToolClient
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.envs.gridsim.tasks import GENERATED_SPLIT_STREAM, cents_of, generated_task
+from agentrl.envs.bundles.gridsim.tasks import GENERATED_SPLIT_STREAM, cents_of, generated_task
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.testing.cli import run_agentrl
 

@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.envs.gridsim.battery import (
+from agentrl.envs.bundles.gridsim.battery import (
     UNITS_PER_USD,
     Battery,
     greedy,
@@ -20,7 +20,7 @@ from agentrl.envs.gridsim.battery import (
     score,
     storage_trace,
 )
-from agentrl.envs.gridsim.tasks import EVAL_DURATIONS, make_task, split_dates
+from agentrl.envs.bundles.gridsim.tasks import EVAL_DURATIONS, make_task, split_dates
 
 # A worked example: ERCOT LZ_CPS on 2024-02-08 (hourly $/MWh), a 100 MW / 4 h battery at 85% round trip.
 EXAMPLE_PRICES = [19.18, 17.92, 17.54, 18.42, 17.67, 17.38, 17.83, 23.31, 40.32, 37.60, 17.52, 11.43,

@@ -16,7 +16,7 @@ import pytest
 from agentrl.agents.record import Rollout
 from agentrl.agents.tool_calling import run
 from agentrl.envs.bundles import load_bundle
-from agentrl.envs.mix import shares
+from agentrl.envs.bundles.mix import shares
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.plan import PlanError, build_plan
 from agentrl.play.evaluate import reward_metrics
@@ -206,7 +206,7 @@ async def test_a_remote_bundle_joins_the_mix_through_its_url():
     from openenv.core.env_server.http_server import create_app
     from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 
-    from agentrl.envs.openenv_remote.example import GuessEnv
+    from agentrl.envs.bundles.openenv_remote.example import GuessEnv
     from agentrl.testing import tool_call
 
     remote = create_app(GuessEnv, CallToolAction, CallToolObservation, max_concurrent_envs=4)

@@ -16,8 +16,8 @@ import pytest
 from packaging.version import Version
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.envs.openenv_remote.local_app import local_app, read_manifest
-from agentrl.envs.openenv_remote.teacher import play_demonstration
+from agentrl.envs.bundles.openenv_remote.local_app import local_app, read_manifest
+from agentrl.envs.bundles.openenv_remote.teacher import play_demonstration
 from agentrl.play.eval_subset import spread
 from agentrl.serving import serve_in_background
 from agentrl.testing.cli import run_agentrl

@@ -1,6 +1,6 @@
 """`env=openenv` against real OpenEnv servers (the installed `openenv` package's own app, not our server).
 
-Two remote envs: `GuessEnv`, the documented example (`agentrl.envs.openenv_remote.example`: an OpenEnv
+Two remote envs: `GuessEnv`, the documented example (`agentrl.envs.bundles.openenv_remote.example`: an OpenEnv
 `MCPEnvironment` with one FastMCP tool, find a hidden number: a multi-step episode, reward 1 when found), and
 `CounterEnv`, defined here, a typed-action env (`CountAction`) whose step
 raises on a negative increment (a remote failure). Our agent plays them through our env server serving the
@@ -25,7 +25,7 @@ from openenv.core.env_server.types import Action, Observation, State
 
 from agentrl.agents.tool_calling import run
 from agentrl.envs.bundles import load_bundle
-from agentrl.envs.openenv_remote.example import GuessEnv
+from agentrl.envs.bundles.openenv_remote.example import GuessEnv
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.rows import write_rows
 from agentrl.testing import Reply, ScriptedChat, tool_call

@@ -19,8 +19,8 @@ from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.envs.openenv_remote.example import GuessEnv
-from agentrl.envs.openenv_remote.remote import RemoteEnvError, RemoteSession
+from agentrl.envs.bundles.openenv_remote.example import GuessEnv
+from agentrl.envs.bundles.openenv_remote.remote import RemoteEnvError, RemoteSession
 from agentrl.envs.server import serve_in_background
 from agentrl.play.rollout import make_row
 

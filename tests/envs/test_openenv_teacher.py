@@ -14,12 +14,12 @@ from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.envs.openenv_remote.example import GuessEnv
+from agentrl.envs.bundles.openenv_remote.example import GuessEnv
 from agentrl.envs.server import serve_in_background
 from agentrl.testing.cli import run_agentrl
 from agentrl.trainers.sft.demonstrations import encode_demonstrations
 
-TEACHER = "agentrl.envs.openenv_remote.example:bisect"
+TEACHER = "agentrl.envs.bundles.openenv_remote.example:bisect"
 
 
 class RecordedGuessEnv(GuessEnv):
@@ -74,17 +74,17 @@ def test_a_teacher_is_named_and_checked(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="env.teacher=package.module:function"):
             plain.demonstration("train", 0, "bisect")
         for spec, says in (("bisect", "package.module:function"), ("agentrl.nowhere:bisect", "cannot import"),
-                           ("agentrl.envs.openenv_remote.example:nothing", "no callable 'nothing'")):
+                           ("agentrl.envs.bundles.openenv_remote.example:nothing", "no callable 'nothing'")):
             with pytest.raises(ValueError, match=says):
                 load_bundle("openenv", url=url, train_size=2, eval_size=1, teacher=spec)
         wrong = load_bundle("openenv", url=url, train_size=2, eval_size=1,
-                            teacher="agentrl.envs.openenv_remote.example:GuessEnv")  # callable, not a policy
+                            teacher="agentrl.envs.bundles.openenv_remote.example:GuessEnv")  # callable, not a policy
         with pytest.raises((ValueError, TypeError)):
             wrong.demonstration("train", 0, "GuessEnv")
 
 
 def test_a_served_example_is_played_and_keys_its_data_by_the_app() -> None:
-    spec = "agentrl.envs.openenv_remote.example:app"
+    spec = "agentrl.envs.bundles.openenv_remote.example:app"
     one = load_bundle("openenv", serve=spec, train_size=2, eval_size=1, teacher=TEACHER)
     two = load_bundle("openenv", serve=spec, train_size=2, eval_size=1, teacher=TEACHER)
     assert one.url != two.url  # two servers, each on a free port
@@ -94,7 +94,7 @@ def test_a_served_example_is_played_and_keys_its_data_by_the_app() -> None:
     assert one.data_options() == two.data_options() and one.data_options()["url"] == f"serve:{spec}"
     assert one.spec()["url"] == one.url  # rebuilt elsewhere, the bundle plays this server
     with pytest.raises(ValueError, match="env.serve="):
-        load_bundle("openenv", serve="agentrl.envs.openenv_remote.example:nothing", train_size=2, eval_size=1)
+        load_bundle("openenv", serve="agentrl.envs.bundles.openenv_remote.example:nothing", train_size=2, eval_size=1)
     with pytest.raises(ValueError, match="env.url is not set"):
         load_bundle("openenv", train_size=2, eval_size=1)
 

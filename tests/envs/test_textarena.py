@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.envs.textarena.bundle import board_view, listed_moves
+from agentrl.envs.bundles.textarena.bundle import board_view, listed_moves
 
 
 def play_first_moves(bundle, split: str, index: int, moves: int):

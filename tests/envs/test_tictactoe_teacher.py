@@ -8,8 +8,8 @@ import random
 import pytest
 
 from agentrl.envs.bundles import load_bundle
-from agentrl.envs.textarena.bundle import listed_moves
-from agentrl.envs.textarena.tictactoe import heuristic_move, parse_position
+from agentrl.envs.bundles.textarena.bundle import listed_moves
+from agentrl.envs.bundles.textarena.tictactoe import heuristic_move, parse_position
 
 
 def view(mark: str, rows: str) -> str:

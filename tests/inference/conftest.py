@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# Whole phrases the scripted models emit as single tokens, so every script token is unique.
+from agentrl.testing.scripted_phrases import PHRASES
+
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
             "<tool_response>", "</tool_response>", "<think>", "</think>"]
 
@@ -51,12 +54,6 @@ CHAT_TEMPLATE = r"""
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
 """
-
-# Whole phrases the scripted models emit as single tokens, so every script token is unique.
-J_ADD = '\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n'
-CALL_MUL = '\n<tool_call>\n{"name": "mul", "arguments": {"x": 3}}\n</tool_call>'
-BAD_JSON = '\n{"name": "add", "arguments": {"a": 1, \n'
-PHRASES = [J_ADD, CALL_MUL, BAD_JSON, "Let me compute.\n", "The answer is 3.", " Done."]
 
 
 def build_tokenizer(folder: Path):

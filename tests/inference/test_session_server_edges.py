@@ -13,12 +13,12 @@ import json
 
 import httpx
 import pytest
-from conftest import CALL_MUL, J_ADD
 
 from agentrl.inference.engine import EmbeddedEngine
 from agentrl.inference.server import start_session_server
 from agentrl.inference.sessions import MAX_BODY_BYTES
 from agentrl.serving import DRAIN_BYTES
+from agentrl.testing.scripted_phrases import CALL_MUL, J_ADD
 from agentrl.testing.stdlib_http import declared_only, oversized_json, stdlib_post
 
 HANG = 300.0  # seconds: only to turn a hang into a failure, never a speed check

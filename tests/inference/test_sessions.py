@@ -9,12 +9,12 @@ import re
 import httpx
 import pytest
 import torch
-from conftest import BAD_JSON, CALL_MUL, J_ADD
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.inference.engine import EmbeddedEngine
 from agentrl.inference.samples import assemble_sample
 from agentrl.inference.sessions import build_session_app
+from agentrl.testing.scripted_phrases import BAD_JSON, CALL_MUL, J_ADD
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "a + b",
                                            "parameters": {"type": "object", "properties": {}}}}]

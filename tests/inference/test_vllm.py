@@ -26,7 +26,8 @@ import torch
 from agentrl.inference.completion import EngineUnavailable
 from agentrl.inference.vllm_servers import VLLMError
 from agentrl.testing.cli import run_agentrl
-from tests.inference.conftest import CALL_MUL, make_scripted_model, needs_vllm
+from agentrl.testing.scripted_phrases import CALL_MUL
+from tests.inference.conftest import make_scripted_model, needs_vllm
 
 pytestmark = [pytest.mark.slow, needs_vllm()]
 

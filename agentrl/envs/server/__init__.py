@@ -1,6 +1,8 @@
-"""The env server: serves a bundle's episodes over the OpenEnv wire protocol."""
+"""The env server: serves a bundle's episodes over the OpenEnv wire protocol. `serve_in_background` and
+`start_server_in_thread` (from `agentrl.serving`, shared with the inference session server) serve it from a thread,
+as the trainer does."""
 
 from agentrl.envs.server.app import build_app
-from agentrl.envs.server.background import serve_in_background, start_server_in_thread
+from agentrl.serving import serve_in_background, start_server_in_thread
 
 __all__ = ["build_app", "serve_in_background", "start_server_in_thread"]
