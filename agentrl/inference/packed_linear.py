@@ -4,7 +4,7 @@ A decode step multiplies a few dozen rows by every weight matrix, and at that si
 of its time re-laying the weight out for the kernel on every call. oneDNN can lay a weight out once, for a batch
 of about that size (`torch.ops.mkldnn._reorder_linear_weight`), and then multiply with it directly. On this CPU
 that makes SmolLM2-135M's MLP and output projections ~1.3-1.7x faster at 32 rows, and the small attention
-projections no faster (benchmarks/RESULTS.md, "Prepacked weights"), so only matrices of at least `MIN_WEIGHTS`
+projections no faster (benchmarks/RESULTS.md, "The goal met in float32"), so only matrices of at least `MIN_WEIGHTS`
 entries are packed. The result equals `F.linear` up to float rounding (~1e-6 relative).
 
 The `nn.Linear` keeps its parameters (names, ties and state dict unchanged, so a weight push still copies into
