@@ -421,7 +421,7 @@ class EmbeddedEngine:
         prompts = list(distinct)
         computed = self._prefixes.computed_tokens
         prefix = self._prefix_for(prompts)
-        logits, kv, mask = self._prefill_rows(prompts, prefix)
+        logits, kv, mask, kept = self._prefill_rows(prompts, prefix)
         index = None
         if len(distinct) < len(reqs):
             index = torch.tensor(rows, device=self.device)
@@ -432,7 +432,7 @@ class EmbeddedEngine:
             self.stats.shared_prefix_tokens += len(prefix) * len(prompts) - (self._prefixes.computed_tokens - computed)
         tokens = self._sample(logits, reqs)
         next_pos = torch.tensor([len(r.prompt_ids) for r in reqs], device=self.device)
-        self._batch.merge(reqs, kv, index, mask, next_pos, tokens, prefix)
+        self._batch.merge(reqs, kv, index, mask, next_pos, tokens, kept)
         self._retire()
 
     def _prefix_for(self, prompts: list[tuple[int, ...]]) -> SharedPrefix | None:
@@ -462,15 +462,24 @@ class EmbeddedEngine:
         return kv_cache.layers_of(cache)
 
     def _prefill_rows(self, prompts: list[tuple[int, ...]], prefix: SharedPrefix | None,
-                      ) -> tuple[torch.Tensor, list, torch.Tensor]:
+                      ) -> tuple[torch.Tensor, list, torch.Tensor, SharedPrefix | None]:
         """Prefill what follows `prefix` in each prompt (left-padded): (last logits [P, V], per-layer (keys,
-        values) [P, H, W, D] of those columns, their attention mask [P, W])."""
+        values) [P, H, W, D] of those columns, their attention mask [P, W], the prefix the rows keep apart).
+
+        Where the batch keeps no prefix apart (a GPU: its SDPA kernels, not `prefix_attention`'s, should run), each
+        row gets its own copy of the prefix as the pass's cache, and the columns returned include it."""
         from transformers import DynamicCache
 
         start = len(prefix) if prefix is not None else 0
         ids, mask, pos = prefill_inputs([p[start:] for p in prompts], self.pad_id, self.device)
-        logits, cache = self._forward(ids, mask, pos + start, DynamicCache(config=self.model.config), prefix)
-        return logits, kv_cache.layers_of(cache), mask
+        if prefix is None or self._batch.share_prefix:
+            logits, cache = self._forward(ids, mask, pos + start, DynamicCache(config=self.model.config), prefix)
+            return logits, kv_cache.layers_of(cache), mask, prefix
+        copies = torch.zeros(len(prompts), dtype=torch.long, device=self.device)
+        cache = kv_cache.build([(prefix.kv, copies)], ids.shape[1])
+        mask = torch.cat([torch.ones((len(prompts), start), dtype=mask.dtype, device=self.device), mask], dim=1)
+        logits, cache = self._forward(ids, mask, pos + start, cache)
+        return logits, kv_cache.layers_of(cache), mask, None
 
     def _decode_step(self) -> None:
         b = self._batch

@@ -143,3 +143,24 @@ async def test_the_kept_prefix_is_recomputed_after_new_weights(random_model):
             tokens, logprobs = fresh(model, p, c.token_ids)
             assert c.token_ids == tokens
             assert torch.allclose(torch.tensor(c.logprobs), logprobs, atol=1e-4)
+
+
+def test_without_a_prefix_kept_apart_each_row_holds_its_own_copy(random_model):
+    """As on a GPU (`share_prefix=False`): the prefix still comes from the prefix cache, but each row is prefilled
+    with its own copy of it and the batch keeps none apart; tokens and logprobs are still a fresh pass's."""
+    from agentrl.inference.batch import DecodeBatch
+
+    ref = AutoModelForCausalLM.from_pretrained(random_model).eval()
+    prompts = [PREFIX + [80, 81], PREFIX + [82, 83, 84], PREFIX + [80, 81]]
+    reqs = [request(p, 8) for p in prompts]
+    with EmbeddedEngine(random_model) as eng, torch.inference_mode():
+        eng._batch = DecodeBatch(share_prefix=False)
+        eng._prefill(reqs)
+        assert eng._batch.prefix is None and eng.stats.shared_prefix_tokens == len(PREFIX)  # run once, 2 distinct
+        while eng._batch:
+            eng._decode_step()
+    for r in reqs:
+        c = r.future.result(timeout=0)
+        tokens, logprobs = fresh(ref, list(r.prompt_ids), c.token_ids)
+        assert c.token_ids == tokens
+        assert torch.allclose(torch.tensor(c.logprobs), logprobs, atol=1e-4)
