@@ -37,7 +37,7 @@ from agentrl.child_process import die_with_parent
 from agentrl.config.inference import EmbeddedInferenceConfig as Embedded  # the defaults' one home
 from agentrl.devices import engine_threads
 from agentrl.inference.completion import Completion, EngineStats, EngineUnavailable, resolve
-from agentrl.inference.remote_engine import made_here, weights_folder
+from agentrl.inference.weight_folders import made_here, weights_folder
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,9 @@ from typing import Any
 
 from agentrl.config.inference import SGLangInferenceConfig as SGLang  # the defaults' one home
 from agentrl.inference.completion import Completion
-from agentrl.inference.remote_adapters import START_ADAPTER, adapter_folder, folder_bytes
-from agentrl.inference.remote_engine import Admission, LoopClients, made_here, weights_folder
+from agentrl.inference.remote_adapters import START_ADAPTER, adapter_folder
+from agentrl.inference.remote_engine import Admission, LoopClients
+from agentrl.inference.weight_folders import folder_bytes, made_here, weights_folder
 
 log = logging.getLogger(__name__)
 

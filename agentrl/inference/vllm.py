@@ -47,9 +47,8 @@ from typing import Any
 
 from agentrl.config.inference import VLLMInferenceConfig as V  # the defaults' one home
 from agentrl.inference.completion import Completion, EngineUnavailable
-from agentrl.inference.remote_adapters import START_ADAPTER, adapter_folder, folder_bytes
-from agentrl.inference.remote_adapters import made_here as adapter_made_here
-from agentrl.inference.remote_engine import Admission, LoopClients, made_here, weights_folder
+from agentrl.inference.remote_adapters import START_ADAPTER, adapter_folder
+from agentrl.inference.remote_engine import Admission, LoopClients
 from agentrl.inference.vllm_generate import sampling_params, to_completion
 from agentrl.inference.vllm_servers import (
     ServerProcess,
@@ -62,6 +61,7 @@ from agentrl.inference.vllm_servers import (
     vllm_python,
     wait_healthy,
 )
+from agentrl.inference.weight_folders import folder_bytes, made_here, weights_folder
 
 __all__ = ["VLLMEngine", "VLLMError"]
 
@@ -313,7 +313,7 @@ class VLLMEngine:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         self.last_push_bytes = folder_bytes(folder)
-        if old is not None and adapter_made_here(old[1]):
+        if old is not None and made_here(old[1]):
             shutil.rmtree(old[1], ignore_errors=True)
         return version
 
@@ -380,7 +380,7 @@ class VLLMEngine:
         self._stop_servers()
         if made_here(self._weights):
             shutil.rmtree(self._weights, ignore_errors=True)
-        if self._adapter is not None and adapter_made_here(self._adapter[1]):
+        if self._adapter is not None and made_here(self._adapter[1]):
             shutil.rmtree(self._adapter[1], ignore_errors=True)
 
     def __enter__(self) -> VLLMEngine:
