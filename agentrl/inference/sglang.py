@@ -132,6 +132,9 @@ def launch_note(settings: Any) -> str | None:
 class SGLangEngine:
     """SGLang servers as an engine. `urls` non-empty: use those servers; else launch one per GPU."""
 
+    KEEPS_RUNNING_ON_PUSH = False  # a push waits for the running replies (engine_protocol.Engine)
+    KEEPS_RUNNING_ON_ADAPTER_PUSH = False
+
     def __init__(self, model_path: str | Path, urls: list[str] | tuple[str, ...] = (), num_gpus: int = SGLang.num_gpus,
                  base_port: int = SGLang.base_port, mem_fraction_static: float = SGLang.mem_fraction_static,
                  tool_call_parser: str | None = SGLang.tool_call_parser, reasoning_parser: str | None = None,

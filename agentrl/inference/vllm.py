@@ -73,6 +73,9 @@ MISSES_TO_FAIL = 3  # /health not answering this many times in a row: the server
 class VLLMEngine:
     """vLLM servers as an engine. `urls` non-empty: use those (any host); else launch `num_servers` here."""
 
+    KEEPS_RUNNING_ON_PUSH = True  # update_weights(mode="keep"): each server swaps under its running replies
+    KEEPS_RUNNING_ON_ADAPTER_PUSH = False  # a running reply keeps the adapter it was admitted with
+
     def __init__(self, model_path: str | Path, urls: list[str] | tuple[str, ...] = (),
                  num_servers: int = V.num_servers, base_port: int = V.base_port, python: str | None = None,
                  dtype: str = V.dtype, enforce_eager: bool = V.enforce_eager, max_model_len: int | None = None,
