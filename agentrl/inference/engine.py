@@ -92,6 +92,9 @@ class EmbeddedEngine:
     Extra keyword arguments (the inference config's host/port) are accepted and ignored.
     """
 
+    KEEPS_RUNNING_ON_PUSH = True  # update_weights(mode="keep"): applied between decode steps (engine_protocol.Engine)
+    KEEPS_RUNNING_ON_ADAPTER_PUSH = True  # update_adapter(mode="keep"): its merged weights, likewise
+
     def __init__(
         self,
         model_path: str | Path,

@@ -37,26 +37,20 @@ from agentrl.child_process import die_with_parent
 from agentrl.config.inference import EmbeddedInferenceConfig as Embedded  # the defaults' one home
 from agentrl.devices import engine_threads
 from agentrl.inference.completion import Completion, EngineStats, EngineUnavailable, resolve
-from agentrl.inference.remote_engine import made_here, weights_folder
+from agentrl.inference.engine_protocol import builds
+from agentrl.inference.weight_folders import made_here, weights_folder
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 600.0  # loading a model folder in the child (a loaded box, a large model)
 
 
-def embedded_engine(model_path: str | Path, process: bool = Embedded.process,
-                    process_threads: int = Embedded.process_threads, **kw: Any) -> Any:
-    """`inference=embedded`'s engine: `EmbeddedEngine` here, or in a child process (`inference.process`)."""
-    if process:
-        return ProcessEngine(model_path, threads=process_threads, **kw)
-    from agentrl.inference.engine import EmbeddedEngine
-
-    return EmbeddedEngine(model_path, **kw)
-
-
 class ProcessEngine:
     """`EmbeddedEngine` served from a child process; the same calls (`generate`, `update_weights`, `stats`,
     `weight_version`, `failure`, `close`)."""
+
+    KEEPS_RUNNING_ON_PUSH = True  # the child's EmbeddedEngine's (engine_protocol.Engine)
+    KEEPS_RUNNING_ON_ADAPTER_PUSH = True
 
     def __init__(self, model_path: str | Path, threads: int = 0, **engine_kwargs: Any) -> None:
         from transformers import AutoTokenizer
@@ -210,6 +204,17 @@ class ProcessEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@builds(ProcessEngine)
+def embedded_engine(model_path: str | Path, process: bool = Embedded.process,
+                    process_threads: int = Embedded.process_threads, **kw: Any) -> Any:
+    """`inference=embedded`'s engine: `EmbeddedEngine` here, or in a child process (`inference.process`)."""
+    if process:
+        return ProcessEngine(model_path, threads=process_threads, **kw)
+    from agentrl.inference.engine import EmbeddedEngine
+
+    return EmbeddedEngine(model_path, **kw)
 
 
 class ChildSessionServer:

@@ -9,14 +9,13 @@ that folder travels: the base weights are never re-sent.
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentrl.inference.weight_folders import ADAPTER_PREFIX, new_folder, save_tensors
 from agentrl.models.lora_folder import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 
-ADAPTER_PREFIX = "agentrl-adapter-"  # folders made by `adapter_folder`: the engine may delete them
 # vLLM accepts only these --max-lora-rank values (vllm/config/lora.py MaxLoRARanks).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # The name an adapter folder given as the start model is served under (vLLM and SGLang).
@@ -49,22 +48,12 @@ def peft_config(lora: Any, base_model: str | Path) -> dict[str, Any]:
 def adapter_folder(adapter: Mapping[str, Any], lora: Any, base_model: str | Path, root: Path | None = None) -> Path:
     """Save `adapter` (PEFT's state dict) with `lora`'s config as a new PEFT folder (under `root`, or the temp
     folder); a wrong adapter is a ValueError naming what is wrong."""
-    from safetensors.torch import save_file
-
     if problem := adapter_problem(adapter, int(lora.rank)):
         raise ValueError(f"update_adapter: {problem}")
-    if root is not None:
-        root.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=ADAPTER_PREFIX, dir=root))
+    folder = new_folder(ADAPTER_PREFIX, root)
     (folder / ADAPTER_CONFIG).write_text(json.dumps(peft_config(lora, base_model), indent=1))
-    save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in adapter.items()},
-              str(folder / ADAPTER_WEIGHTS))
+    save_tensors(adapter, folder / ADAPTER_WEIGHTS)
     return folder
-
-
-def folder_bytes(folder: Path) -> int:
-    """The bytes a push sends: every file in `folder` (the servers read it whole)."""
-    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
 
 
 def vllm_lora_rank(rank: int) -> int:
@@ -73,8 +62,3 @@ def vllm_lora_rank(rank: int) -> int:
         if allowed >= rank:
             return allowed
     raise ValueError(f"model.lora.rank={rank} exceeds vLLM's largest --max-lora-rank ({VLLM_LORA_RANKS[-1]})")
-
-
-def made_here(folder: Path | None) -> bool:
-    """Whether `folder` is one `adapter_folder` saved (safe to delete)."""
-    return folder is not None and folder.name.startswith(ADAPTER_PREFIX)

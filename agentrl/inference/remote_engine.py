@@ -1,5 +1,5 @@
 """What the engines that sample on servers elsewhere (`inference=vllm`, `inference=sglang`) share: the admission
-gate that a weight push closes, one HTTP client per event loop, and the folder a state dict is saved to.
+gate that a weight push closes and one HTTP client per event loop (the folders a push writes: `weight_folders.py`).
 
 The gate is the push's safety: a push closes admission, waits until every running call has finished on the old
 weights, loads the new ones on every server, then re-opens it. So no call of the next step samples from weights
@@ -9,14 +9,11 @@ older than the push, and none of this step's is cut short.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from agentrl.http import async_client
@@ -113,34 +110,3 @@ class LoopClients:
             client = async_client(timeout=self.timeout)
             self._clients[loop] = client
         return client
-
-
-WEIGHTS_PREFIX = "agentrl-weights-"  # folders made by `weights_folder`: the engine may delete them
-
-
-def weights_folder(source: Mapping[str, Any] | str | Path, model_path: Path, engine: str,
-                   root: Path | None = None) -> Path:
-    """A folder a server can load: `source` itself when it is one, else the state dict saved as safetensors beside
-    the model's config in a new folder (under `root`, or the system's temp folder)."""
-    if isinstance(source, (str, Path)):
-        path = Path(source)
-        if not path.is_dir():
-            raise FileNotFoundError(f"weights folder {path} does not exist ({engine} loads whole folders)")
-        return path
-    from safetensors.torch import save_file
-
-    if root is not None:
-        root.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=WEIGHTS_PREFIX, dir=root))
-    for name in ("config.json", "generation_config.json"):
-        if (model_path / name).is_file():
-            shutil.copy(model_path / name, folder / name)
-    # A copy of every tensor: tied weights (embeddings and lm_head) share storage, which save_file refuses.
-    save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in source.items()},
-              str(folder / "model.safetensors"))
-    return folder
-
-
-def made_here(folder: Path | None) -> bool:
-    """Whether `folder` is one `weights_folder` saved (safe to delete), not a folder the caller handed in."""
-    return folder is not None and folder.name.startswith(WEIGHTS_PREFIX)

@@ -47,9 +47,8 @@ from typing import Any
 
 from agentrl.config.inference import VLLMInferenceConfig as V  # the defaults' one home
 from agentrl.inference.completion import Completion, EngineUnavailable
-from agentrl.inference.remote_adapters import START_ADAPTER, adapter_folder, folder_bytes
-from agentrl.inference.remote_adapters import made_here as adapter_made_here
-from agentrl.inference.remote_engine import Admission, LoopClients, made_here, weights_folder
+from agentrl.inference.remote_adapters import START_ADAPTER, adapter_folder
+from agentrl.inference.remote_engine import Admission, LoopClients
 from agentrl.inference.vllm_generate import sampling_params, to_completion
 from agentrl.inference.vllm_servers import (
     ServerProcess,
@@ -62,6 +61,7 @@ from agentrl.inference.vllm_servers import (
     vllm_python,
     wait_healthy,
 )
+from agentrl.inference.weight_folders import folder_bytes, made_here, weights_folder
 
 __all__ = ["VLLMEngine", "VLLMError"]
 
@@ -72,6 +72,9 @@ MISSES_TO_FAIL = 3  # /health not answering this many times in a row: the server
 
 class VLLMEngine:
     """vLLM servers as an engine. `urls` non-empty: use those (any host); else launch `num_servers` here."""
+
+    KEEPS_RUNNING_ON_PUSH = True  # update_weights(mode="keep"): each server swaps under its running replies
+    KEEPS_RUNNING_ON_ADAPTER_PUSH = False  # a running reply keeps the adapter it was admitted with
 
     def __init__(self, model_path: str | Path, urls: list[str] | tuple[str, ...] = (),
                  num_servers: int = V.num_servers, base_port: int = V.base_port, python: str | None = None,
@@ -313,7 +316,7 @@ class VLLMEngine:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         self.last_push_bytes = folder_bytes(folder)
-        if old is not None and adapter_made_here(old[1]):
+        if old is not None and made_here(old[1]):
             shutil.rmtree(old[1], ignore_errors=True)
         return version
 
@@ -380,7 +383,7 @@ class VLLMEngine:
         self._stop_servers()
         if made_here(self._weights):
             shutil.rmtree(self._weights, ignore_errors=True)
-        if self._adapter is not None and adapter_made_here(self._adapter[1]):
+        if self._adapter is not None and made_here(self._adapter[1]):
             shutil.rmtree(self._adapter[1], ignore_errors=True)
 
     def __enter__(self) -> VLLMEngine:

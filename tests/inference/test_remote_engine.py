@@ -1,16 +1,20 @@
 """The admission gate shared by the vLLM and SGLang engines: a push waits for the running calls, holds new ones
-until it is done, and re-opens whatever happens; a failure reaches every waiting call."""
+until it is done, and re-opens whatever happens; a failure reaches every waiting call. And the folders a push
+writes (`weight_folders.py`)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from agentrl.inference.completion import EngineUnavailable
-from agentrl.inference.remote_engine import Admission, made_here, weights_folder
+from agentrl.inference.remote_adapters import adapter_folder
+from agentrl.inference.remote_engine import Admission
+from agentrl.inference.weight_folders import folder_bytes, made_here, new_folder, weights_folder
 
 
 def test_calls_go_to_the_least_busy_server_that_is_up() -> None:
@@ -99,3 +103,15 @@ def test_weights_folder_saves_a_state_dict_and_passes_a_folder_through(tmp_path)
     assert weights_folder(model, model, "vLLM") == model and not made_here(model)
     with pytest.raises(FileNotFoundError, match="SGLang loads whole folders"):
         weights_folder(tmp_path / "missing", model, "SGLang")
+
+
+def test_an_adapter_folder_is_a_peft_folder_that_made_here_knows(tmp_path) -> None:
+    lora = SimpleNamespace(rank=2, alpha=4.0, dropout=0.0, target_modules=["q_proj"])
+    adapter = {"m.q_proj.lora_A.weight": torch.zeros(2, 3), "m.q_proj.lora_B.weight": torch.zeros(3, 2)}
+    folder = adapter_folder(adapter, lora, tmp_path / "base", tmp_path / "w")
+    assert made_here(folder) and folder.parent == tmp_path / "w"
+    assert sorted(p.name for p in folder.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert folder_bytes(folder) == sum(p.stat().st_size for p in folder.iterdir())
+    assert not made_here(None) and not made_here(tmp_path / "agentrl-lora-v0")
+    with pytest.raises(ValueError, match="made_here would not know it"):
+        new_folder("elsewhere-", tmp_path)

@@ -11,27 +11,35 @@ from typing import Any
 from agentrl.config.model import LoraConfig, ModelConfig
 from agentrl.config.schema import RunConfig, trainer_settings
 from agentrl.config.trainer import GRPOTrainerConfig
+from agentrl.inference.engine_protocol import engine_class, option_engines
 from agentrl.play.policies import MAIN, Policy
 from agentrl.trainers.grpo.learner import STEP_METRICS, Algorithm, Learner, TrainItem
 
 
 def partial_rollouts_problem(settings: RunConfig) -> str | None:
-    """`trainer.partial_rollouts` needs an engine that applies a push to running replies: the embedded one, or vLLM
-    for full weights (a running reply keeps the LoRA adapter it was admitted with)."""
+    """`trainer.partial_rollouts` needs an engine that applies a push to running replies
+    (`Engine.KEEPS_RUNNING_ON_PUSH`: the embedded one, or vLLM), and under `model.lora.push=adapter` one that
+    applies an adapter push to them too (`KEEPS_RUNNING_ON_ADAPTER_PUSH`: vLLM's running reply keeps the adapter it
+    was admitted with)."""
     if not trainer_settings(settings, GRPOTrainerConfig).partial_rollouts:
         return None
     target = str(settings.inference._target_)
-    if target.startswith("agentrl.inference.engine"):
-        return None
-    if target == "agentrl.inference.vllm.VLLMEngine":
-        lora = settings.model.lora
-        if lora.enabled and lora.push == "adapter":
-            return ("trainer.partial_rollouts=true with inference=vllm cannot push an adapter into running replies "
-                    "(vLLM keeps the one a reply was admitted with): set model.lora.push=merged, or "
-                    "trainer.partial_rollouts=false")
-        return None
-    return (f"trainer.partial_rollouts=true needs inference=embedded or inference=vllm (engines that apply a push "
-            f"to running replies); {target} waits for them: set trainer.partial_rollouts=false")
+    try:
+        engine = engine_class(target)
+    except (ImportError, AttributeError, TypeError) as exc:
+        return f"trainer.partial_rollouts=true: what inference._target_={target} can do is unknown: {exc}"
+    if not engine.KEEPS_RUNNING_ON_PUSH:
+        keepers = " or ".join(f"inference={name}" for name, e in option_engines().items() if e.KEEPS_RUNNING_ON_PUSH)
+        return (f"trainer.partial_rollouts=true needs {keepers} (engines that apply a push to running replies); "
+                f"{target} waits for them: set trainer.partial_rollouts=false")
+    lora = settings.model.lora
+    if lora.enabled and lora.push == "adapter" and not engine.KEEPS_RUNNING_ON_ADAPTER_PUSH:
+        option = next((f"inference={name}" for name, e in option_engines().items() if e is engine),
+                      f"inference._target_={target}")
+        return (f"trainer.partial_rollouts=true with {option} cannot push an adapter into "
+                f"running replies ({engine.__name__} keeps the one a reply was admitted with): set "
+                f"model.lora.push=merged, or trainer.partial_rollouts=false")
+    return None
 
 
 def make_learner(t: GRPOTrainerConfig, model: Any, tokenizer: Any, lora: LoraConfig | None = None) -> Learner:
