@@ -109,6 +109,11 @@ def test_rows_keep_their_tokens_as_newcomers_share_less_of_the_prefix(random_mod
         assert eng._batch.prefix is None and len(eng._batch) == 4
         while eng._batch:
             eng._decode_step()
+    assert_fresh(ref, reqs)
+
+
+def assert_fresh(ref, reqs: list[Request]) -> None:
+    """Each finished request's tokens and logprobs are those of a fresh forward pass of `ref`."""
     for r in reqs:
         c = r.future.result(timeout=0)
         tokens, logprobs = fresh(ref, list(r.prompt_ids), c.token_ids)
@@ -159,8 +164,4 @@ def test_without_a_prefix_kept_apart_each_row_holds_its_own_copy(random_model):
         assert eng._batch.prefix is None and eng.stats.shared_prefix_tokens == len(PREFIX)  # run once, 2 distinct
         while eng._batch:
             eng._decode_step()
-    for r in reqs:
-        c = r.future.result(timeout=0)
-        tokens, logprobs = fresh(ref, list(r.prompt_ids), c.token_ids)
-        assert c.token_ids == tokens
-        assert torch.allclose(torch.tensor(c.logprobs), logprobs, atol=1e-4)
+    assert_fresh(ref, reqs)
