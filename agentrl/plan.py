@@ -184,7 +184,7 @@ def describe_stages(settings: RunConfig, trainer_choice: str | None) -> str:
             parts.append(f"start from {ws.checkpoint} (trainer.warm_start.checkpoint)")
         elif ws.enabled:
             parts.append(f"warm start: SFT on {ws.teacher} demonstrations, {ws.steps} steps at lr {ws.lr:g} "
-                         "(made on first use, then reused)")
+                         f"(made on first use, then reused{', then evaluated' if ws.eval else ''})")
         else:
             from agentrl.config.model import TinyModelConfig
 

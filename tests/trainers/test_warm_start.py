@@ -117,6 +117,26 @@ def test_a_warm_start_is_logged_to_the_grpo_run_and_reused_by_the_next(tmp_path:
 
 
 @pytest.mark.slow
+def test_a_warm_start_without_its_own_eval_logs_no_eval(tmp_path: Path, capsys) -> None:
+    # trainer.warm_start.eval=false: the trainer's step-0 eval plays the same weights, so none is played here.
+    from agentrl.plan import describe_stages
+    from agentrl.trainers.sft.warm_start import warm_start_path
+
+    plan = _plan(tmp_path, "+recipe=gridsim_grpo", *SMALL, "trainer.warm_start.steps=2",
+                 "trainer.warm_start.batch_samples=2", "trainer.warm_start.augment=0", "trainer.warm_start.eval=false")
+    assert "then evaluated" not in describe_stages(plan.settings, "grpo")
+    tracker = _Tracker()
+    path = warm_start_path(plan, tracker)
+    assert (Path(path) / "config.json").is_file()
+    assert not any(key.startswith("warm_start/eval") for key in tracker.logged)
+    assert "time/warm_start_total_s" in tracker.logged and tracker.traces == []
+    assert not (tmp_path / "run" / "evals").exists()
+    assert "warm_start/eval" not in capsys.readouterr().out
+    on = _plan(tmp_path, "+recipe=gridsim_grpo", *SMALL)
+    assert "then evaluated" in describe_stages(on.settings, "grpo")
+
+
+@pytest.mark.slow
 def test_sft_fit_returns_the_closing_keys_and_logs_its_model(tmp_path: Path, capsys) -> None:
     from agentrl.trainers.sft.trainer import SFTTrainer
 

@@ -4,7 +4,7 @@ for the same one).
 
 A warm start made in a run is visible in that run's tracker: its loss curve (`warm_start/loss`), one eval of the
 result (`warm_start/eval/*`, played as GRPO plays its evals, its per-task file `evals/warm_start-eval-step-<n>.jsonl`
-and its traces) and its wall time (`time/warm_start_total_s`). The
+and its traces; `trainer.warm_start.eval=false` leaves it to the trainer's step-0 eval) and its wall time (`time/warm_start_total_s`). The
 tag `agentrl.warm_start` names the folder the run started from, and `agentrl.warm_start.reused` says whether a
 cached one was reused.
 """
@@ -87,7 +87,7 @@ def warm_start_path(plan: Any, tracker: Any = None) -> str:
     started = time.monotonic()
     run_sft(plan, path, ws, tracker=tracker, prefix=PREFIX)
     if tracker is not None:
-        metrics = _evaluate(plan, path, tracker)
+        metrics = _evaluate(plan, path, tracker) if ws.eval else {}
         metrics["time/warm_start_total_s"] = time.monotonic() - started
         tracker.log(metrics, step=ws.steps)
     _tag(tracker, path, reused=False)
