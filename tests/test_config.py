@@ -107,6 +107,26 @@ def test_unknown_recipe_lists_the_recipes():
     assert "gridsim_grpo" in message.replace("recipe/gridsim_grpoo", "")
 
 
+@pytest.mark.parametrize(("trainer", "key", "schema"), [
+    ("sft", "trainer.prompts_per_step", "SFTTrainerConfig"),
+    ("miles", "trainer.threads", "MilesTrainerConfig"),
+])
+def test_a_recipe_key_the_chosen_group_lacks_says_the_recipe_chose_another(trainer: str, key: str, schema: str):
+    # gridsim_grpo's trainer settings are GRPO's: swapping its trainer group leaves keys the new schema lacks.
+    with pytest.raises(ConfigCompositionException) as err:
+        compose("config", overrides=["+recipe=gridsim_grpo", f"trainer={trainer}"])
+    message = str(err.value)
+    assert f"full_key: {key}" in message  # Hydra's own words stay
+    assert f"recipe/gridsim_grpo sets {key}, which {schema} (your trainer choice) does not declare" in message
+    assert "keep the recipe's own trainer" in message
+
+
+def test_a_bad_value_in_a_recipe_gets_no_group_hint():
+    from agentrl.config.validate import recipe_key_hint
+
+    assert recipe_key_hint("In 'recipe/x': ValidationError raised while composing config:\nValue 'a' ...") is None
+
+
 def test_unknown_top_level_key_is_refused():
     with pytest.raises(ConfigCompositionException):
         compose("config", overrides=["sead=1"])

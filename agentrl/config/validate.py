@@ -95,6 +95,24 @@ def first_unknown_key(cfg: DictConfig, dotted: str) -> tuple[str, type] | None:
 
 
 _NOT_OVERRIDDEN = re.compile(r"Could not override '([^']+)'")
+# Hydra's words when a config of the defaults list (a recipe) sets a key the schema chosen for its group lacks.
+_RECIPE_KEY = re.compile(r"^In '(recipe/[^']+)': ConfigKeyError raised while composing config:\n"
+                         r"Key '[^']+' not in '(\w+)'\s+full_key: ([\w.]+)")
+
+
+def recipe_key_hint(message: str) -> str | None:
+    """Hydra's refusal of a key a recipe sets, with what to do: the recipe was written for other group choices
+    (`+recipe=gridsim_grpo trainer=sft` keeps GRPO's `trainer.prompts_per_step`, which SFT's schema lacks). None
+    when the message is not that refusal."""
+    found = _RECIPE_KEY.match(message)
+    if found is None:
+        return None
+    recipe, schema, key = found.groups()
+    group = key.split(".")[0]
+    return (f"{message}\n{recipe} sets {key}, which {schema} (your {group} choice) does not declare: a recipe's "
+            f"settings are written for the {group} it chooses itself. Use a recipe written for your choice "
+            f"(python -m agentrl --help lists the recipes; each one's defaults name the groups it picks), or keep the "
+            f"recipe's own {group}.")
 
 
 def install_compose_check() -> None:
@@ -109,6 +127,16 @@ def install_compose_check() -> None:
     original = ConfigLoaderImpl._apply_overrides_to_config
     if getattr(original, "_agentrl_checked", False):
         return
+    compose = ConfigLoaderImpl._compose_config_from_defaults_list
+
+    def compose_with_hint(self: Any, *args: Any, **kwargs: Any) -> DictConfig:
+        try:
+            return compose(self, *args, **kwargs)
+        except ConfigCompositionException as err:
+            hint = recipe_key_hint(str(err))
+            if hint is None:
+                raise
+            raise ConfigCompositionException(hint) from None
 
     def apply_then_check(overrides: Any, cfg: DictConfig) -> None:
         try:
@@ -127,3 +155,4 @@ def install_compose_check() -> None:
 
     apply_then_check._agentrl_checked = True  # type: ignore[attr-defined]
     ConfigLoaderImpl._apply_overrides_to_config = staticmethod(apply_then_check)  # type: ignore[method-assign]
+    ConfigLoaderImpl._compose_config_from_defaults_list = compose_with_hint  # type: ignore[method-assign]
