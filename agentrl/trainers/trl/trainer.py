@@ -27,8 +27,7 @@ from agentrl.tracking.trace_file import read_trace_file
 from agentrl.trainers.common.no_update import NoUpdateWatch
 from agentrl.trainers.common.plots import reward_curves
 from agentrl.trainers.common.protocol import TrainerBase
-from agentrl.trainers.common.resume import TRANSFORMERS, checkpoint_record, resumed_history
-from agentrl.trainers.common.step_parts import checkpoint_root
+from agentrl.trainers.common.resume import TRANSFORMERS, checkpoint_record, checkpoint_root, resumed_history
 from agentrl.trainers.sft.warm_start import warm_start_path
 from agentrl.trainers.trl.args import (
     TRLConfigError,

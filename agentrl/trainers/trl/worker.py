@@ -40,7 +40,7 @@ from agentrl.play.evaluate import trainer_eval
 from agentrl.play.rollout import make_row
 from agentrl.play.services import start_services
 from agentrl.trainers.common.resume import TRANSFORMERS, checkpoint_step, resumed_history, write_record
-from agentrl.trainers.common.step_parts import RowStream
+from agentrl.trainers.common.step_fill import RowStream
 from agentrl.trainers.common.step_products import StepStats
 from agentrl.trainers.common.weight_push import push
 from agentrl.trainers.trl.args import grpo_config_kwargs, peft_config, use_cpu
