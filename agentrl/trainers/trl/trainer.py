@@ -20,7 +20,7 @@ from agentrl.config.portable import to_portable
 from agentrl.config.schema import RunConfig, trainer_settings
 from agentrl.config.trainer import TRLTrainerConfig
 from agentrl.console import progress, run_relayed
-from agentrl.play.dependency import DependencyLost
+from agentrl.play.dependency_breaker import DependencyLost
 from agentrl.play.eval_results import EVALS_DIR, publish
 from agentrl.play.evaluate import step_line
 from agentrl.tracking.trace_file import read_trace_file
