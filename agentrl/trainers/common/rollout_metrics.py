@@ -1,6 +1,7 @@
-"""A step's rollout metrics, the same keys under the built-in GRPO trainer and the TRL backend: the reward and
-grade of what was played (`rollout_metrics`, with `breakdown_means`), the groups dropped and kept (`drop_metrics`),
-how stale the plays' weights were (`weight_lag`) and the play's long tail (`tail_seconds`).
+"""A step's rollout metrics (`train/reward`, `train/grade`, `rollout/*`): the reward and grade of what was played
+(`rollout_metrics`, with `breakdown_means`) and the groups dropped and kept (`drop_metrics`), the same under the
+built-in GRPO trainer and the TRL backend (`StepBatch.metrics`); and, measured by the built-in trainer, how stale
+the plays' weights were (`weight_lag`) and the play's long tail (`tail_seconds`).
 """
 
 from __future__ import annotations
