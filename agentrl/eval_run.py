@@ -18,7 +18,7 @@ from tqdm import tqdm
 from agentrl.config.sampling import Sampling
 from agentrl.models.lora_folder import is_model_folder
 from agentrl.plan import Plan
-from agentrl.play.dependency import DependencyLost
+from agentrl.play.dependency_breaker import DependencyLost
 from agentrl.play.eval_results import EvalSink
 from agentrl.play.eval_subset import eval_subset
 from agentrl.play.evaluate import evaluate, failure_note

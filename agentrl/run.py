@@ -17,7 +17,7 @@ from agentrl.config.validate import UnknownKeyError, check_typed_keys
 from agentrl.envs.task import Bundle
 from agentrl.group_filter import AllGroupsFailing
 from agentrl.plan import Plan, PlanError, build_plan
-from agentrl.play.dependency import DependencyLost
+from agentrl.play.dependency_breaker import DependencyLost
 from agentrl.play.eval_results import latest_results, results_mean
 from agentrl.play.eval_subset import eval_subset
 from agentrl.tracking.tracker import DatasetRef, Tracker, continue_line

@@ -16,7 +16,7 @@ from pathlib import Path
 from agentrl.config.portable import PortableConfigError, from_portable
 from agentrl.console import quiet_console
 from agentrl.plan import Plan, PlanError, build_plan
-from agentrl.play.dependency import DependencyLost
+from agentrl.play.dependency_breaker import DependencyLost
 from agentrl.tracking.trace_file import TraceFile
 from agentrl.trainers.trl.worker import LOST_FILE, TRACES_PREFIX, train
 

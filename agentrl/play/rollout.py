@@ -21,7 +21,7 @@ from agentrl.config.env import CONNECT_TIMEOUT_S, RESET_TIMEOUT_S, TOOL_TIMEOUT_
 from agentrl.envs.task import opening_turn
 from agentrl.http import async_client
 from agentrl.inference.samples import Sample, assemble_sample
-from agentrl.play.dependency import Breaker, play_guarded
+from agentrl.play.dependency_breaker import Breaker, play_guarded
 from agentrl.play.episode_traces import TraceAs, episode_trace, traced
 from agentrl.rewards import RewardGroup, reward_play
 
@@ -142,7 +142,7 @@ class RolloutRunner:
         gets each play's `time.monotonic()` at its end (the step's long-tail metric, `tail_seconds`).
 
         Under the run's `breaker` a dependency that dies cuts the plays in flight and stops the call with
-        `DependencyLost` (or waits for it and replays what it cut: `agentrl.play.dependency`).
+        `DependencyLost` (or waits for it and replays what it cut: `agentrl.play.dependency_breaker`).
         """
         counts = [n] * len(rows) if isinstance(n, int) else list(n)
         units = [(i, j) for i, count in enumerate(counts) for j in range(count)]

@@ -18,7 +18,7 @@ from typing import Any
 
 from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import DependencyWatchConfig, TrainerConfig
-from agentrl.play.dependency import ENGINE_FAILURES, ENV_FAILURES, Breaker, Dependency
+from agentrl.play.dependency_breaker import ENGINE_FAILURES, ENV_FAILURES, Breaker, Dependency
 from agentrl.play.failure_notes import FailureNotes
 from agentrl.play.policies import MAIN, Policy, plan_policies, routing, untrained_roles
 from agentrl.play.rollout import RolloutRunner

@@ -112,7 +112,8 @@ def vllm_pushes(folder: str, rank: int) -> dict[str, dict[str, float]]:
     from transformers import AutoModelForCausalLM
 
     from agentrl.inference.vllm import VLLMEngine
-    from agentrl.trainers.common.lora import adapter_state, wrap
+    from agentrl.trainers.common.lora import wrap
+    from agentrl.trainers.common.weight_push import adapter_state
 
     lora = lora_settings(rank)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)

@@ -23,7 +23,8 @@ from agentrl.play.evaluate import reward_metrics
 from agentrl.play.rollout import make_row
 from agentrl.testing import Reply, ScriptedChat
 from agentrl.testing.config import compose_config
-from agentrl.trainers.common.step_parts import RowStream, rollout_metrics
+from agentrl.trainers.common.rollout_metrics import rollout_metrics
+from agentrl.trainers.common.step_fill import RowStream
 from agentrl.trainers.sft.demonstrations import demonstration_chats
 
 RG = {"env": "reasoning_gym", "weight": 0.3, "datasets": {"chain_sum": {}}, "level": 0, "train_size": 40,

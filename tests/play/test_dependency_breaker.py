@@ -1,4 +1,4 @@
-"""The circuit breaker's rules (`agentrl/play/dependency.py`) against real servers: a real env server's
+"""The circuit breaker's rules (`agentrl/play/dependency_breaker.py`) against real servers: a real env server's
 /health (the echo bundle on loopback uvicorn), a port where nothing listens, and one whose process never answers
 (a socket that listens but never accepts). The plays are small coroutines that return rollout records or hang,
 so the tests see exactly which plays were cut, kept and replayed."""
@@ -15,7 +15,7 @@ import pytest
 from agentrl.agents.record import Failure, Rollout
 from agentrl.envs.server import build_app
 from agentrl.envs.server.echo import EchoBundle
-from agentrl.play.dependency import (
+from agentrl.play.dependency_breaker import (
     ENGINE_FAILURES,
     ENV_FAILURES,
     PROBE_EVERY_S,

@@ -40,7 +40,7 @@ def test_eval_line_reads_step_reward_error_zero_share_and_seconds() -> None:
 def test_the_grade_is_the_envs_whatever_the_reward_group_made_of_it() -> None:
     from agentrl.agents.record import Failure, Rollout
     from agentrl.play.evaluate import play_metrics
-    from agentrl.trainers.common.step_parts import rollout_metrics
+    from agentrl.trainers.common.rollout_metrics import rollout_metrics
 
     # reward=rubric: the score is the rubric's total (0.9), the env graded 0.5
     rubric = Rollout(scores={"grade": 0.5}, env_reward=0.5, score=0.9, reward=0.9, tool_calls=1)

@@ -13,7 +13,7 @@ from agentrl.agents.record import Rollout
 from agentrl.plan import PlanError, build_plan
 from agentrl.rubrics import Format, RubricReward, Score, WeightedSum
 from agentrl.testing.config import compose_config
-from agentrl.trainers.common.step_parts import rollout_metrics
+from agentrl.trainers.common.rollout_metrics import rollout_metrics
 
 S = "{_target_: agentrl.rubrics.Score, name: grade}"
 

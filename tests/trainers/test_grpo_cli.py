@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.testing.cli import cli_env, run_agentrl
-from agentrl.trainers.common.step_parts import RowStream
+from agentrl.trainers.common.step_fill import RowStream
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.eval_limit=3",
@@ -137,7 +137,7 @@ def _group(index: int, rewards: list[float], failure: str | None = None) -> list
 
 def test_filtered_groups_are_replaced_by_new_rows() -> None:
     from agentrl.group_filter import group_drop_reason
-    from agentrl.trainers.common.step_parts import fill_step
+    from agentrl.trainers.common.step_fill import fill_step
 
     # Rows 0 and 2 are all-equal groups (no signal), row 3 holds a flagged rollout: all dropped and replaced.
     table = {0: [0.0, 0.0], 1: [0.0, 1.0], 2: [0.5, 0.5], 3: [1.0, 0.2], 4: [0.3, 0.9], 5: [0.1, 0.4]}

@@ -16,7 +16,7 @@ from agentrl.config.model import LoraConfig, ModelConfig
 from agentrl.inference.engine import EmbeddedEngine
 from agentrl.testing.config import compose_config
 from agentrl.testing.tiny_models import shared_tiny_model
-from agentrl.trainers.common import lora
+from agentrl.trainers.common import lora, weight_push
 from agentrl.trainers.common.trained_model import load_trained_model
 from agentrl.trainers.grpo import checkpoint as ckpt
 from agentrl.trainers.grpo.learner import Learner, TrainItem
@@ -84,7 +84,7 @@ def test_a_push_sends_only_the_adapter_and_changes_what_the_engine_samples() -> 
     path = shared_tiny_model()
     model = load_trained_model(path, model_settings(path))
     learner = learner_for(model)
-    full_bytes = lora.tensor_bytes(dict(model.get_base_model().state_dict()))
+    full_bytes = weight_push.tensor_bytes(dict(model.get_base_model().state_dict()))
     with EmbeddedEngine(path) as engine:
         before = _greedy(engine)
         with torch.no_grad():  # a trained adapter, large enough to change the greedy reply
@@ -92,7 +92,7 @@ def test_a_push_sends_only_the_adapter_and_changes_what_the_engine_samples() -> 
                 p.normal_(0.0, 0.3 if "lora_B" in name else 0.5)
         learner.push(engine)
         assert engine.weight_version == 1
-        adapter_bytes = lora.tensor_bytes(lora.adapter_state(model))
+        adapter_bytes = weight_push.tensor_bytes(weight_push.adapter_state(model))
         assert learner.pushed_bytes == adapter_bytes < full_bytes / 20  # the base is never re-sent
         # The engine serves base + adapter: its logits are the learner's (PEFT's unmerged forward).
         assert torch.allclose(_logits(engine.model), _logits(model), atol=1e-4)
@@ -119,7 +119,7 @@ def test_push_merged_sends_the_merged_weights() -> None:
         learner.push(engine)
         # The tiny model ties its head to the embedding: each tensor of the engine's counted once.
         once = {v.data_ptr(): v for v in engine.model.state_dict().values()}
-        assert learner.pushed_bytes == lora.tensor_bytes(once)
+        assert learner.pushed_bytes == weight_push.tensor_bytes(once)
         assert torch.allclose(_logits(engine.model), _logits(model), atol=1e-4)
 
 
@@ -133,7 +133,8 @@ def test_a_full_push_sends_a_tied_head_once_and_the_engine_head_follows() -> Non
     with EmbeddedEngine(path) as engine:
         learner.push(engine)
         embedding = model.get_input_embeddings().weight
-        assert learner.pushed_bytes == lora.tensor_bytes(dict(model.state_dict())) - lora.tensor_bytes({"": embedding})
+        sent = weight_push.tensor_bytes(dict(model.state_dict())) - weight_push.tensor_bytes({"": embedding})
+        assert learner.pushed_bytes == sent
         assert torch.equal(engine.model.get_output_embeddings().weight, embedding)
         assert torch.allclose(_logits(engine.model), _logits(model), atol=1e-4)
 
@@ -142,10 +143,10 @@ def test_an_adapter_a_full_model_engine_cannot_take_is_refused_naming_it() -> No
     path = shared_tiny_model()
     model = load_trained_model(path, model_settings(path))
     with EmbeddedEngine(path) as engine:
-        bad = {k.replace("q_proj", "nope_proj"): v for k, v in lora.adapter_state(model).items()}
+        bad = {k.replace("q_proj", "nope_proj"): v for k, v in weight_push.adapter_state(model).items()}
         with pytest.raises(ValueError, match="nope_proj"):
             engine.update_adapter(bad, LORA)
-        half = {k: v for k, v in lora.adapter_state(model).items() if "lora_B" not in k}
+        half = {k: v for k, v in weight_push.adapter_state(model).items() if "lora_B" not in k}
         with pytest.raises(ValueError, match="lora_A but not its other matrix"):
             engine.update_adapter(half, LORA)
         assert engine.weight_version == 0

@@ -164,7 +164,7 @@ def test_miles_refuses_k_at_plan_time_naming_its_flag() -> None:
 
 
 def test_the_long_tail_runs_from_the_median_end_to_the_last() -> None:
-    from agentrl.trainers.common.step_parts import tail_seconds
+    from agentrl.trainers.common.rollout_metrics import tail_seconds
 
     # Five plays: three end by t=12, the stragglers at 15 and 20: fewer than half run from 12 on.
     assert tail_seconds([20.0, 11.0, 12.0, 15.0, 11.5]) == pytest.approx(8.0)

@@ -5,7 +5,8 @@ Every checkpoint holds `agentrl_run.json` (its MLflow run id, the group choices 
 whose model, env, agent, reward or trainer differs from it is refused, naming the keys, unless
 `trainer.resume_force=true`; the plan resolves all of it before anything starts, so a typo fails at once.
 Two layouts are known: the built-in trainer's `step-NNNNNN/state.pt` and transformers' `checkpoint-N/`
-(`trainer=trl`, TRL's own checkpoints, resumed with `resume_from_checkpoint`).
+(`trainer=trl`, TRL's own checkpoints, resumed with `resume_from_checkpoint`). Either backend writes its
+checkpoints under `checkpoint_root` (the run's own folder); `latest` searches every run's of the task.
 """
 
 from __future__ import annotations
@@ -200,9 +201,15 @@ class CheckpointPathSettings(Protocol):
 
 def own_checkpoint_path(settings: RunConfig) -> str | None:
     """`trainer.checkpoint_path` (null: the run's folder under <paths.checkpoint_dir>/<task_name>,
-    `step_parts.checkpoint_root`); read only for a backend with a checkpoint layout, whose schema carries
-    it."""
+    `checkpoint_root`); read only for a backend with a checkpoint layout, whose schema carries it."""
     return cast(CheckpointPathSettings, settings.trainer).checkpoint_path
+
+
+def checkpoint_root(settings: RunConfig, run_id: str | None) -> Path:
+    """`trainer.checkpoint_path`, else `<paths.checkpoint_dir>/<task_name>/<run id>` (`settings`: `Plan.settings`)."""
+    if own := own_checkpoint_path(settings):
+        return Path(own)
+    return Path(settings.paths.checkpoint_dir) / settings.task_name / (run_id or "no-run")
 
 
 def _task_roots(settings: RunConfig) -> list[Path]:

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from agentrl.agents.record import Rollout
-from agentrl.trainers.common.step_parts import drop_metrics, rollout_metrics
+from agentrl.trainers.common.rollout_metrics import drop_metrics, rollout_metrics
 
 
 @dataclass
@@ -33,7 +33,7 @@ class StepBatch:
 
     def metrics(self) -> dict[str, float]:
         """`train/reward`, `rollout/*` (`rollout/tail_share`: the share of the play spent in its long tail, see
-        `step_parts.tail_seconds`) and `time/generate_s` of the plays."""
+        `rollout_metrics.tail_seconds`) and `time/generate_s` of the plays."""
         metrics = rollout_metrics(self.played, self.breakdown)
         metrics.update(drop_metrics(self.dropped, drawn=self.rows_drawn, kept=len(self.kept)))
         metrics["time/generate_s"] = self.generate_s

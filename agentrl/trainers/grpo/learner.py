@@ -14,8 +14,8 @@ from agentrl.config.model import LoraConfig
 from agentrl.config.trainer import DEFAULT_ADVANTAGE, DEFAULT_CLIPS, GRPOTrainerConfig
 from agentrl.devices import model_device
 from agentrl.trainers.common.forward import first_loss_column, next_token_logits
-from agentrl.trainers.common.lora import push as push_weights
 from agentrl.trainers.common.lora import trainable_parameters
+from agentrl.trainers.common.weight_push import push as push_weights
 from agentrl.trainers.grpo.grpo_math import (
     group_advantages,
     logprobs_and_entropy,

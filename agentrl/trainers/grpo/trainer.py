@@ -1,7 +1,7 @@
 """`trainer=grpo`: group-relative policy optimization on one machine.
 
 A step (`train_step`) is six verbs: draw rows -> play them (`RolloutRunner`: agent, reward group) -> filter the
-groups (`agentrl.group_filter`; dropped groups are replaced by new rows, `step_parts.fill_step`) -> advantages
+groups (`agentrl.group_filter`; dropped groups are replaced by new rows, `step_fill.fill_step`) -> advantages
 -> update (one AdamW step per trained policy) -> push each policy's weights to its engine (`policy_steps.py`). The
 first three make a `StepBatch`, played ahead (`play_ahead.py`); the step reports a `StepStats`.
 
@@ -53,8 +53,9 @@ from agentrl.play.services import start_services
 from agentrl.trainers.common.no_update import NoUpdateWatch
 from agentrl.trainers.common.plots import reward_curves
 from agentrl.trainers.common.protocol import TrainerBase
-from agentrl.trainers.common.resume import AGENTRL, checkpoint_record
-from agentrl.trainers.common.step_parts import RowStream, checkpoint_root, fill_step, tail_seconds, weight_lag
+from agentrl.trainers.common.resume import AGENTRL, checkpoint_record, checkpoint_root
+from agentrl.trainers.common.rollout_metrics import tail_seconds, weight_lag
+from agentrl.trainers.common.step_fill import RowStream, fill_step
 from agentrl.trainers.common.step_products import StepBatch, StepStats, StepTimes
 from agentrl.trainers.grpo import checkpoint as ckpt
 from agentrl.trainers.grpo.health import HealthWatch

@@ -20,15 +20,14 @@ from agentrl.config.portable import to_portable
 from agentrl.config.schema import RunConfig, trainer_settings
 from agentrl.config.trainer import TRLTrainerConfig
 from agentrl.console import progress, run_relayed
-from agentrl.play.dependency import DependencyLost
+from agentrl.play.dependency_breaker import DependencyLost
 from agentrl.play.eval_results import EVALS_DIR, publish
 from agentrl.play.evaluate import step_line
 from agentrl.tracking.trace_file import read_trace_file
 from agentrl.trainers.common.no_update import NoUpdateWatch
 from agentrl.trainers.common.plots import reward_curves
 from agentrl.trainers.common.protocol import TrainerBase
-from agentrl.trainers.common.resume import TRANSFORMERS, checkpoint_record, resumed_history
-from agentrl.trainers.common.step_parts import checkpoint_root
+from agentrl.trainers.common.resume import TRANSFORMERS, checkpoint_record, checkpoint_root, resumed_history
 from agentrl.trainers.sft.warm_start import warm_start_path
 from agentrl.trainers.trl.args import (
     TRLConfigError,

@@ -39,10 +39,10 @@ from agentrl.play.eval_results import EvalSink
 from agentrl.play.evaluate import trainer_eval
 from agentrl.play.rollout import make_row
 from agentrl.play.services import start_services
-from agentrl.trainers.common.lora import push
 from agentrl.trainers.common.resume import TRANSFORMERS, checkpoint_step, resumed_history, write_record
-from agentrl.trainers.common.step_parts import RowStream
+from agentrl.trainers.common.step_fill import RowStream
 from agentrl.trainers.common.step_products import StepStats
+from agentrl.trainers.common.weight_push import push
 from agentrl.trainers.trl.args import grpo_config_kwargs, peft_config, use_cpu
 from agentrl.trainers.trl.steps import PlayedStep, gather_step, make_callback
 

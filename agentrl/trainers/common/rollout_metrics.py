@@ -1,77 +1,19 @@
-"""The pieces of a training step that the built-in GRPO trainer and the TRL backend share.
-
-`RowStream` is the seeded draw order (TRL's dataset is the same order), `fill_step` draws, plays and filters until
-a step is full, `rollout_metrics` and `weight_lag` are the step's rollout metrics under both backends, and
-`checkpoint_root` is where either backend writes its checkpoints. How a request samples is `Plan.sampling`.
+"""A step's rollout metrics (`train/reward`, `train/grade`, `rollout/*`): the reward and grade of what was played
+(`rollout_metrics`, with `breakdown_means`) and the groups dropped and kept (`drop_metrics`), the same under the
+built-in GRPO trainer and the TRL backend (`StepBatch.metrics`); and, measured by the built-in trainer, how stale
+the plays' weights were (`weight_lag`) and the play's long tail (`tail_seconds`).
 """
 
 from __future__ import annotations
 
-import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentrl.agents.base import multi_agent_metrics
 from agentrl.agents.record import Rollout
 from agentrl.play.policies import MAIN
 from agentrl.rewards import rubric_metrics
-from agentrl.trainers.common.resume import own_checkpoint_path
-
-if TYPE_CHECKING:
-    from agentrl.config.schema import RunConfig
-
-
-class RowStream:
-    """Train-row indices: a fresh seeded permutation every epoch, read through a cursor (saved in checkpoints)."""
-
-    def __init__(self, count: int, seed: int, cursor: int = 0) -> None:
-        self.count, self.seed, self.cursor = count, seed, cursor
-        self._epoch = -1
-        self._order: list[int] = []
-
-    def next(self) -> int:
-        epoch, pos = divmod(self.cursor, self.count)
-        if epoch != self._epoch:
-            self._order = list(range(self.count))
-            random.Random(self.seed * 1_000_003 + epoch).shuffle(self._order)
-            self._epoch = epoch
-        self.cursor += 1
-        return self._order[pos]
-
-
-def fill_step(draw: Callable[[], int], play: Callable[[list[int], int], list[list[Rollout]]], *, want: int,
-              budget: int, drop: Callable[[list[Rollout]], str | None]
-              ) -> tuple[list[list[Rollout]], list[Rollout], Counter[str], int]:
-    """Draw and play rows until `want` groups pass the filter (`drop` returns None) or `budget` rows were drawn.
-
-    Returns (kept groups, every rollout played, dropped groups by reason, rows drawn). Each round draws only as
-    many rows as groups are still missing, so a step never trains on more than `want` groups.
-    """
-    kept: list[list[Rollout]] = []
-    seen: list[Rollout] = []
-    dropped: Counter[str] = Counter()
-    drawn = attempt = 0
-    while len(kept) < want and drawn < budget:
-        indices = [draw() for _ in range(min(want - len(kept), budget - drawn))]
-        drawn += len(indices)
-        for group in play(indices, attempt):
-            seen += group
-            reason = drop(group)
-            if reason is None:
-                kept.append(group)
-            else:
-                dropped[reason] += 1
-        attempt += 1
-    return kept, seen, dropped, drawn
-
-
-def checkpoint_root(settings: RunConfig, run_id: str | None) -> Path:
-    """`trainer.checkpoint_path`, else `<paths.checkpoint_dir>/<task_name>/<run id>` (`settings`: `Plan.settings`)."""
-    if own := own_checkpoint_path(settings):
-        return Path(own)
-    return Path(settings.paths.checkpoint_dir) / settings.task_name / (run_id or "no-run")
 
 
 def breakdown_means(rollouts: Sequence[Rollout], prefix: str, breakdown: Mapping[str, str] | None,
