@@ -8,16 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 _EXPORTS = {
-    "EmbeddedEngine": "agentrl.inference.engine",
-    "Completion": "agentrl.inference.engine",
-    "EngineStats": "agentrl.inference.engine",
-    "EngineUnavailable": "agentrl.inference.completion",
-    "build_session_app": "agentrl.inference.sessions",
-    "SessionStore": "agentrl.inference.sessions",
-    "SessionServer": "agentrl.inference.server",
-    "start_session_server": "agentrl.inference.server",
-    "Sample": "agentrl.inference.samples",
-    "assemble_sample": "agentrl.inference.samples",
+    "EmbeddedEngine": "agentrl.inference.engines.embedded.engine",
+    "Completion": "agentrl.inference.engines.embedded.engine",
+    "EngineStats": "agentrl.inference.engines.embedded.engine",
+    "EngineUnavailable": "agentrl.inference.engines.completion",
+    "build_session_app": "agentrl.inference.sessions.app",
+    "SessionStore": "agentrl.inference.sessions.app",
+    "SessionServer": "agentrl.inference.sessions.server",
+    "start_session_server": "agentrl.inference.sessions.server",
+    "Sample": "agentrl.inference.sessions.samples",
+    "assemble_sample": "agentrl.inference.sessions.samples",
 }
 
 __all__ = sorted(_EXPORTS)

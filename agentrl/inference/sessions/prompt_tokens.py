@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from agentrl.inference import tito
-from agentrl.inference.tito import MessageValidationError
+from agentrl.inference.sessions import tito
+from agentrl.inference.sessions.tito import MessageValidationError
 
 T = TypeVar("T")
 

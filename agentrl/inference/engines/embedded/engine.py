@@ -8,17 +8,17 @@ between two decode steps (their prompts are prefilled together in one pass and t
 left-padded to the batch's length), so a session whose turn finishes early starts its next turn
 without waiting for the slowest sequence. Finished sequences leave the batch at once; columns that
 only hold padding for every remaining row are trimmed. A prompt sent n times at once runs once. The
-cache is preallocated and written in place (`agentrl.inference.kv_cache`): a decode step copies no
+cache is preallocated and written in place (`agentrl.inference.engines.embedded.kv_cache`): a decode step copies no
 K/V; rows joining or leaving do.
 
 The shared prompt prefix. A run's chats open alike (system prompt, tool schema). Its K/V is computed
-once and kept between batches (`agentrl.inference.prefix_cache`: the next turn, GRPO step or eval chunk
+once and kept between batches (`agentrl.inference.engines.embedded.prefix_cache`: the next turn, GRPO step or eval chunk
 runs only what follows it), and on a CPU the rows attend to that one copy instead of each holding
-their own (`agentrl.inference.prefix_attention`: attention there is bound by reading the K/V). A
+their own (`agentrl.inference.engines.embedded.prefix_attention`: attention there is bound by reading the K/V). A
 newcomer that shares less of the prefix gives the running rows back the columns they stop sharing.
 
 Log-probabilities. `Completion.logprobs[i]` is the untruncated `log_softmax(logits / T)[token_i]` of
-the pass that sampled the token (T = 1 when greedy); see `agentrl.inference.completion`.
+the pass that sampled the token (T = 1 when greedy); see `agentrl.inference.engines.completion`.
 
 Weights. `update_weights(mode="wait")` stops admitting new requests, lets the running batch finish on
 the old weights, copies the new ones in place, bumps `weight_version`, then admits the queue: every
@@ -29,8 +29,8 @@ verl's partial rollouts do; recomputing it would cost a prefill per sequence). E
 the version that sampled it (`Completion.token_versions`) and its logprob is that pass's, so
 importance sampling against the behaviour logprobs stays exact per token.
 
-Scheduling lives here; the left-padded batch and sampling are in `agentrl.inference.batch`, and
-`Completion` / `EngineStats` (re-exported here) in `agentrl.inference.completion`.
+Scheduling lives here; the left-padded batch and sampling are in `agentrl.inference.engines.embedded.batch`, and
+`Completion` / `EngineStats` (re-exported here) in `agentrl.inference.engines.completion`.
 """
 
 from __future__ import annotations
@@ -49,10 +49,7 @@ from typing import Any
 import torch
 
 from agentrl.config.inference import EmbeddedInferenceConfig as Embedded  # the defaults' one home
-from agentrl.inference import kv_cache, packed_linear
-from agentrl.inference.adapter import load_served_model
-from agentrl.inference.batch import DecodeBatch, prefill_inputs, sample_tokens
-from agentrl.inference.completion import (
+from agentrl.inference.engines.completion import (
     Completion,
     EngineStats,
     EngineUnavailable,
@@ -61,16 +58,19 @@ from agentrl.inference.completion import (
     default_stop_ids,
     resolve,
 )
-from agentrl.inference.prefix_attention import KWARG as PREFIX_KWARG
-from agentrl.inference.prefix_attention import use_shared_prefix
-from agentrl.inference.prefix_cache import (
+from agentrl.inference.engines.embedded import kv_cache, packed_linear
+from agentrl.inference.engines.embedded.adapter import load_served_model
+from agentrl.inference.engines.embedded.batch import DecodeBatch, prefill_inputs, sample_tokens
+from agentrl.inference.engines.embedded.prefix_attention import KWARG as PREFIX_KWARG
+from agentrl.inference.engines.embedded.prefix_attention import use_shared_prefix
+from agentrl.inference.engines.embedded.prefix_cache import (
     MIN_SHARED_PREFIX,
     PrefixCache,
     SharedPrefix,
     common_length,
     shared_prefix,
 )
-from agentrl.inference.weights import load_state_dict, validate_state_dict
+from agentrl.inference.engines.embedded.weights import load_state_dict, validate_state_dict
 
 __all__ = ["Completion", "EmbeddedEngine", "EngineStats", "EngineUnavailable", "shared_prefix"]
 
@@ -92,7 +92,7 @@ class EmbeddedEngine:
     Extra keyword arguments (the inference config's host/port) are accepted and ignored.
     """
 
-    KEEPS_RUNNING_ON_PUSH = True  # update_weights(mode="keep"): applied between decode steps (engine_protocol.Engine)
+    KEEPS_RUNNING_ON_PUSH = True  # update_weights(mode="keep"): applied between decode steps (engines.protocol.Engine)
     KEEPS_RUNNING_ON_ADAPTER_PUSH = True  # update_adapter(mode="keep"): its merged weights, likewise
 
     def __init__(
@@ -118,7 +118,7 @@ class EmbeddedEngine:
         self.max_batch_sequences = int(max_batch_sequences)
         self.batch_wait_s = max(0.0, float(batch_wait_ms)) / 1000.0
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        # A LoRA adapter folder serves its base with the adapter merged in (`inference/adapter.py`).
+        # A LoRA adapter folder serves its base with the adapter merged in (`inference/engines/embedded/adapter.py`).
         self.model, self._adapter_base = load_served_model(path, self.dtype, self.device)
         packed_linear.pack_linears(self.model)  # float32 on a CPU only: the big matrices laid out once for oneDNN
         # transformers 5.x renamed the cache argument and output field `past_key_values` -> `cache`.
