@@ -46,6 +46,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from agentrl.inference.engines.completion import EngineUnavailable
+from agentrl.inference.engines.protocol import Engine
 from agentrl.inference.sessions import tito
 from agentrl.inference.sessions.body_limit import MAX_BODY_BYTES, BodyLimit
 from agentrl.inference.sessions.draining import Drain, ServerShuttingDown
@@ -120,14 +121,16 @@ def _error(status: int, message: str) -> JSONResponse:
 
 def engine_failure(engine: Any) -> str | None:
     """Why `engine` cannot serve, or None while it can (engines without a `failure` are assumed able)."""
+    # Optional, not in the `Engine` protocol: the embedded engine (and its process) fail as a whole and say so here;
+    # vLLM's and SGLang's fail per call (a dead server), so their /health stays 200.
     failure = getattr(engine, "failure", None)
     return None if failure is None else str(failure)
 
 
-def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens: int = 512,
+def build_session_app(engine: Engine, tokenizer: Any = None, *, default_max_tokens: int = 512,
                       store: SessionStore | None = None, model_name: str | None = None,
                       max_body_bytes: int = MAX_BODY_BYTES, tool_format: str = "qwen") -> FastAPI:
-    """The session server as a FastAPI app over `engine` (an `EmbeddedEngine` or anything with its `generate`).
+    """The session server as a FastAPI app over `engine` (any `Engine`: embedded, vLLM, SGLang).
 
     `tokenizer` renders the chat template (a tokenizer object or a folder; default `engine.tokenizer`).
     `store` lets the caller keep a handle on the sessions (also at `app.state.sessions`).
@@ -145,7 +148,7 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError("the tokenizer has no chat template; the session server needs one")
     store = SessionStore() if store is None else store
-    model_name = model_name or str(getattr(engine, "model_path", "agentrl-model"))
+    model_name = model_name or str(engine.model_path)
     vocab = tokenizer.get_vocab()
     end_text = "<|im_end|>" if "<|im_end|>" in vocab else tokenizer.eos_token
 
@@ -199,7 +202,7 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
     async def health() -> JSONResponse:
         failure = engine_failure(engine)
         body = {"status": "ok" if failure is None else "unavailable",
-                "weight_version": getattr(engine, "weight_version", 0), "sessions": len(store)}
+                "weight_version": engine.weight_version, "sessions": len(store)}
         if failure is not None:
             body["error"] = failure
         return JSONResponse(body, status_code=200 if failure is None else 503)
