@@ -1,4 +1,6 @@
-"""Inference: the embedded engine, the token-in/token-out session server and sample assembly.
+"""Inference: the engines (`engines/`: embedded, vLLM, SGLang), the token-in/token-out session server and sample
+assembly (`sessions/`), `python -m agentrl.inference.serve` (`serve.py`) and the SFT assistant mask
+(`assistant_tokens.py`).
 
 Imports are lazy so `import agentrl.inference` stays cheap (no torch / fastapi until used).
 """
