@@ -56,7 +56,8 @@ print("device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else 
 missing = []
 for name in ("hydra", "omegaconf", "fastapi", "uvicorn", "websockets", "httpx", "mlflow", "docker", "pydantic",
              "sqlalchemy", "alembic", "matplotlib", "tqdm", "agentrl.__main__", "agentrl.run",
-             "agentrl.trainers.grpo.trainer", "agentrl.trainers.grpo.learner", "agentrl.inference.engines.embedded.engine"):
+             "agentrl.trainers.grpo.trainer", "agentrl.trainers.grpo.learner",
+             "agentrl.inference.engines.embedded.engine"):
     try:
         importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 - any failure to import is a reason to stop before the GPU work
