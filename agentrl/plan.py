@@ -271,7 +271,7 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
     resolve_target(cfg.inference, "inference")
     # SGLang needs a GPU: the command our engine would launch is shown (Miles launches its own: its report says).
     if isinstance(settings.inference, SGLangInferenceConfig) and not isinstance(settings.trainer, MilesTrainerConfig):
-        from agentrl.inference.sglang import launch_note
+        from agentrl.inference.engines.sglang import launch_note
 
         notes += [n for n in [launch_note(settings)] if n]
     from agentrl.devices import DeviceError, check_devices  # torch loads only once a plan is built

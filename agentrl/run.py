@@ -73,7 +73,7 @@ def _value(metrics: dict[str, Any], key: str) -> float | None:
 
 def engine_unavailable() -> type[Exception]:
     """EngineUnavailable (an engine whose worker died), imported only when a run fails: it brings torch."""
-    from agentrl.inference.completion import EngineUnavailable
+    from agentrl.inference.engines.completion import EngineUnavailable
 
     return EngineUnavailable
 

@@ -56,7 +56,8 @@ print("device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else 
 missing = []
 for name in ("hydra", "omegaconf", "fastapi", "uvicorn", "websockets", "httpx", "mlflow", "docker", "pydantic",
              "sqlalchemy", "alembic", "matplotlib", "tqdm", "agentrl.__main__", "agentrl.run",
-             "agentrl.trainers.grpo.trainer", "agentrl.trainers.grpo.learner", "agentrl.inference.engine"):
+             "agentrl.trainers.grpo.trainer", "agentrl.trainers.grpo.learner",
+             "agentrl.inference.engines.embedded.engine"):
     try:
         importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 - any failure to import is a reason to stop before the GPU work
@@ -133,7 +134,7 @@ import asyncio, os, sys, time
 import torch
 from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-from agentrl.inference.engine import EmbeddedEngine
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.trainers.grpo.learner import Learner, TrainItem
 

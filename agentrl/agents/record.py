@@ -120,7 +120,7 @@ class Rollout:
     # Set by the built-in trainer's runner:
     group: tuple[Any, ...] = ()  # GRPO normalizes advantages within it: (split, index, role group)
     policy: str = "main"  # the model that played it, and the only one its sample may update
-    sample: Any = None  # agentrl.inference.samples.Sample: token ids, loss mask, rollout logprobs
+    sample: Any = None  # agentrl.inference.sessions.samples.Sample: token ids, loss mask, rollout logprobs
     row: dict[str, Any] = field(default_factory=dict)
 
     def flag(self, failure: Failure, error: str) -> None:

@@ -29,7 +29,7 @@ def check_server_numbers(c: InferenceConfig) -> None:
 
 @dataclass
 class EmbeddedInferenceConfig(InferenceConfig):
-    _target_: str = "agentrl.inference.engine_process.embedded_engine"
+    _target_: str = "agentrl.inference.engines.embedded.process.embedded_engine"
     model_path: str = "${model.path}"  # the weights served (trainers pass their current checkpoint)
     device: str = "cpu"  # cpu (float32) | cuda (bfloat16)
     # The served weights' dtype: auto (float32 on a CPU, bfloat16 on CUDA) | float32 | bfloat16 (a CPU with
@@ -54,7 +54,7 @@ class EmbeddedInferenceConfig(InferenceConfig):
 
 @dataclass
 class SGLangInferenceConfig(InferenceConfig):
-    _target_: str = "agentrl.inference.sglang.SGLangEngine"
+    _target_: str = "agentrl.inference.engines.sglang.SGLangEngine"
     model_path: str = "${model.path}"  # the weights served (trainers pass their current checkpoint)
     urls: list[str] = field(default_factory=list)  # empty: launch one server per GPU
     num_gpus: int = 1
@@ -78,7 +78,7 @@ class SGLangInferenceConfig(InferenceConfig):
 class VLLMInferenceConfig(InferenceConfig):
     """vLLM OpenAI servers (the CPU build here, CUDA on GPUs): launched from their own venv, or running ones."""
 
-    _target_: str = "agentrl.inference.vllm.VLLMEngine"
+    _target_: str = "agentrl.inference.engines.vllm.engine.VLLMEngine"
     model_path: str = "${model.path}"  # the weights served (trainers pass their current checkpoint)
     urls: list[str] = field(default_factory=list)  # running servers (any host); empty: launch num_servers
     num_servers: int = 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agentrl.inference import tito
+from agentrl.inference.sessions import tito
 from agentrl.models.tool_calls import PARSERS, tool_call_parser
 
 _GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")

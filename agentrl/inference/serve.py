@@ -42,7 +42,7 @@ def exit_when_engine_dies(engine: Any, server: Any) -> None:
     def watch() -> None:
         stopped.wait()
         if not server.should_exit:  # not our own shutdown closing the engine
-            from agentrl.inference.sessions import engine_failure
+            from agentrl.inference.sessions.app import engine_failure
 
             cause = engine_failure(engine) or "the engine stopped"
             log.error("%s; exiting with %d so the supervisor starts a fresh server", cause, EXIT_ENGINE_DIED)
@@ -56,7 +56,7 @@ def main(cfg: DictConfig) -> None:
     """Serve the session API for `cfg.model` with the `cfg.inference` engine on `cfg.host:cfg.port`."""
     import uvicorn
 
-    from agentrl.inference.sessions import build_session_app
+    from agentrl.inference.sessions.app import build_session_app
     from agentrl.serving import DeadlineServer
 
     model_path = hydra.utils.instantiate(cfg.model)

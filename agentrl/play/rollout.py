@@ -20,7 +20,7 @@ from agentrl.agents.record import Failure, Rollout
 from agentrl.config.env import CONNECT_TIMEOUT_S, RESET_TIMEOUT_S, TOOL_TIMEOUT_S
 from agentrl.envs.task import opening_turn
 from agentrl.http import async_client
-from agentrl.inference.samples import Sample, assemble_sample
+from agentrl.inference.sessions.samples import Sample, assemble_sample
 from agentrl.play.dependency_breaker import Breaker, play_guarded
 from agentrl.play.episode_traces import TraceAs, episode_trace, traced
 from agentrl.rewards import RewardGroup, reward_play

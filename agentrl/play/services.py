@@ -70,10 +70,12 @@ def dependency_breaker(t: TrainerConfig, env_url: str, engine_url: str) -> Break
 def serve_sessions(engine: Any, **options: Any) -> Any:
     """A started session server over `engine` (`start_session_server`'s keywords): in the engine's own process
     when it has one (`ProcessEngine.serve_sessions`), else on a thread here."""
-    if callable(getattr(engine, "serve_sessions", None)):
-        return engine.serve_sessions(**options)
-    from agentrl.inference.server import start_session_server
+    from agentrl.inference.sessions.server import start_session_server
 
+    # Optional, so read off the engine itself: `inference=embedded` builds an `EmbeddedEngine` or a `ProcessEngine`
+    # (`inference.process`) from one `_target_`, so this is no class capability of the `Engine` protocol.
+    if callable(getattr(engine, "serve_sessions", None)):
+        return engine.serve_sessions(start_session_server, **options)
     return start_session_server(engine, **options)
 
 

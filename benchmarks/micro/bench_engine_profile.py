@@ -25,9 +25,9 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from agentrl.inference.batch import DecodeBatch  # noqa: E402
-from agentrl.inference.completion import Request  # noqa: E402
-from agentrl.inference.engine import EmbeddedEngine  # noqa: E402
+from agentrl.inference.engines.completion import Request  # noqa: E402
+from agentrl.inference.engines.embedded.batch import DecodeBatch  # noqa: E402
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine  # noqa: E402
 
 
 def calc_prompts(tokenizer, shape: str) -> list[list[int]]:
@@ -148,9 +148,9 @@ def compare_unshared(engine: EmbeddedEngine, prompts: list[list[int]], steps: in
 
 
 def compare_unpacked(engine: EmbeddedEngine, steps: int) -> None:
-    """Decode steps with the prepacked linear layers (`inference/packed_linear.py`) alternating with steps that
+    """Decode steps with the prepacked linear layers (`inference/engines/embedded/packed_linear.py`) alternating with steps that
     multiply by the plain weights (F.linear), on the same running batch: the ratio of their medians."""
-    from agentrl.inference.packed_linear import packed_layers
+    from agentrl.inference.engines.embedded.packed_linear import packed_layers
 
     layers = list(packed_layers(engine.model))
     walls: dict[bool, list[float]] = {True: [], False: []}

@@ -27,8 +27,8 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from agentrl.inference.engine import EmbeddedEngine  # noqa: E402
-from agentrl.inference.server import start_session_server  # noqa: E402
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine  # noqa: E402
+from agentrl.inference.sessions.server import start_session_server  # noqa: E402
 
 
 def tiny_model_path() -> str:

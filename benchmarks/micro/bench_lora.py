@@ -72,7 +72,7 @@ def run_mode(mode: str, folder: str, steps: int, rank: int) -> dict[str, float]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agentrl.inference.engine import EmbeddedEngine
+    from agentrl.inference.engines.embedded.engine import EmbeddedEngine
     from agentrl.trainers.common.lora import wrap
     from agentrl.trainers.grpo.learner import Learner
 
@@ -111,7 +111,7 @@ def vllm_pushes(folder: str, rank: int) -> dict[str, dict[str, float]]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agentrl.inference.vllm import VLLMEngine
+    from agentrl.inference.engines.vllm.engine import VLLMEngine
     from agentrl.trainers.common.lora import wrap
     from agentrl.trainers.common.weight_push import adapter_state
 

@@ -57,7 +57,7 @@ def train_rate(model, batches, autocast: str, repeats: int) -> float:
 
 async def engine_rate(folder: Path, dtype: str, prompt: list[int], rows: int, tokens: int):
     """(tokens/s, [(ids, logprobs)]) of `rows` sampled replies from the embedded engine in `dtype`."""
-    from agentrl.inference.engine import EmbeddedEngine
+    from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 
     engine = EmbeddedEngine(folder, dtype=dtype, batch_wait_ms=50, max_batch_sequences=rows)
     try:

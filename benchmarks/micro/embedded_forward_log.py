@@ -19,8 +19,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from agentrl.inference.engine import EmbeddedEngine  # noqa: E402
-from agentrl.inference.server import SessionServer  # noqa: E402
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine  # noqa: E402
+from agentrl.inference.sessions.server import SessionServer  # noqa: E402
 
 
 class ForwardLog:

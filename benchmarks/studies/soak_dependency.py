@@ -46,7 +46,7 @@ def doom_engine() -> None:
     $AGENTRL_SOAK_ENGINE_DIES exists, as a CUDA fault or an OOM would end it (every request then fails with
     EngineUnavailable, the session server answers 503). Installed by this file's `__main__`, which then runs
     `python -m agentrl` (a plan accepts only agentrl's own targets, so no config can name a test engine)."""
-    from agentrl.inference.engine import EmbeddedEngine
+    from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 
     decode = EmbeddedEngine._decode_step
 

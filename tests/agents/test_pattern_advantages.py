@@ -17,7 +17,7 @@ from agentrl.agents.base import HttpSessionPool
 from agentrl.agents.co_evolution import CoEvolutionAgent
 from agentrl.agents.record import Rollout
 from agentrl.agents.thinker_verifier import ThinkerVerifierAgent
-from agentrl.inference.samples import Sample
+from agentrl.inference.sessions.samples import Sample
 from agentrl.rewards import Asymmetric, EnvScore
 from agentrl.testing import Reply, ScriptedChat
 from agentrl.testing.plays import rewarded

@@ -24,8 +24,8 @@ KNOWN_FLAGS = {"over_budget", "truncated", "max_turns", "no_reward", "model_erro
 def session_server(tmp_path_factory):
     import torch
 
-    from agentrl.inference.engine import EmbeddedEngine
-    from agentrl.inference.server import start_session_server
+    from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+    from agentrl.inference.sessions.server import start_session_server
     from agentrl.testing.tiny_models import shared_tiny_model
 
     torch.set_num_threads(1)

@@ -153,7 +153,7 @@ def needs_vllm() -> pytest.MarkDecorator:
     $AGENTRL_VLLM_PYTHON is set (CI): there a missing venv fails the test instead of skipping it."""
     import os
 
-    from agentrl.inference.vllm_servers import PYTHON_ENV, VLLMError, vllm_python
+    from agentrl.inference.engines.vllm.servers import PYTHON_ENV, VLLMError, vllm_python
 
     try:
         vllm_python()

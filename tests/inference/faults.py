@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from agentrl.inference.engine import EmbeddedEngine
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 
 CRASH_WORKER = "CRASH-WORKER"
 WEDGE_WORKER = "WEDGE-WORKER"

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentrl.inference.engine import EmbeddedEngine
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 
 PROMPTS = [[(7 * i + j) % 250 + 1 for j in range(4 + 3 * i)] for i in range(8)]
 
@@ -179,7 +179,7 @@ def test_a_closed_engine_lets_its_weights_go_and_refuses_a_push(random_model) ->
     import gc
     import weakref
 
-    from agentrl.inference.engine import EngineUnavailable
+    from agentrl.inference.engines.embedded.engine import EngineUnavailable
 
     engine = EmbeddedEngine(random_model)
     weights = weakref.ref(engine.model)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl.inference.completion import EngineUnavailable
-from agentrl.inference.engine_process import ProcessEngine, embedded_engine
+from agentrl.inference.engines.completion import EngineUnavailable
+from agentrl.inference.engines.embedded.process import ProcessEngine, embedded_engine
 
 PROMPT = [5, 17, 42, 9, 100, 3]
 
@@ -69,7 +69,7 @@ async def test_a_killed_child_is_named_to_every_caller(random_model):
 
 def test_a_lora_adapter_reaches_the_child(tmp_path):
     from agentrl.config.model import LoraConfig, ModelConfig
-    from agentrl.inference.engine import EmbeddedEngine
+    from agentrl.inference.engines.embedded.engine import EmbeddedEngine
     from agentrl.testing.tiny_models import shared_tiny_model
     from agentrl.trainers.common.trained_model import load_trained_model
     from agentrl.trainers.grpo.learner import Learner

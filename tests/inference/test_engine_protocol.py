@@ -8,9 +8,9 @@ import typing
 
 import pytest
 
-from agentrl.inference.engine import EmbeddedEngine
-from agentrl.inference.engine_process import ProcessEngine, embedded_engine
-from agentrl.inference.engine_protocol import (
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+from agentrl.inference.engines.embedded.process import ProcessEngine, embedded_engine
+from agentrl.inference.engines.protocol import (
     CAPABILITIES,
     Engine,
     builds,
@@ -18,8 +18,8 @@ from agentrl.inference.engine_protocol import (
     missing_capabilities,
     option_engines,
 )
-from agentrl.inference.sglang import SGLangEngine
-from agentrl.inference.vllm import VLLMEngine
+from agentrl.inference.engines.sglang import SGLangEngine
+from agentrl.inference.engines.vllm.engine import VLLMEngine
 from agentrl.plan import typed_settings
 from agentrl.testing.config import compose_config
 from agentrl.trainers.grpo.policy_steps import partial_rollouts_problem
@@ -37,12 +37,12 @@ def test_the_protocol_lists_each_capability_it_declares() -> None:
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.__name__)
 def test_every_engine_declares_every_capability_and_the_shared_calls(engine: type) -> None:
-    assert missing_capabilities(engine) == [], f"{engine.__name__} lacks a capability of engine_protocol.Engine"
+    assert missing_capabilities(engine) == [], f"{engine.__name__} lacks a capability of engines.protocol.Engine"
     assert all(callable(getattr(engine, m, None)) for m in METHODS), engine.__name__
 
 
 def test_a_factory_target_returns_classes_that_agree_with_what_it_declares() -> None:
-    declared = engine_class("agentrl.inference.engine_process.embedded_engine")
+    declared = engine_class("agentrl.inference.engines.embedded.process.embedded_engine")
     assert declared is embedded_engine.engine_class  # type: ignore[attr-defined]
     for engine in (EmbeddedEngine, ProcessEngine):  # what embedded_engine returns (inference.process false | true)
         assert {c: getattr(engine, c) for c in CAPABILITIES} == {c: getattr(declared, c) for c in CAPABILITIES}
@@ -69,7 +69,7 @@ def test_an_engine_of_unknown_capabilities_is_refused() -> None:
         with pytest.raises(TypeError, match="_Half does not declare KEEPS_RUNNING_ON_ADAPTER_PUSH"):
             engine_class(target)
     with pytest.raises(TypeError, match="neither an engine class nor a factory"):
-        engine_class("agentrl.inference.engine_process.engine_threads")  # a function not marked with @builds
+        engine_class("agentrl.inference.engines.embedded.process.engine_threads")  # a function not marked with @builds
 
 
 @pytest.mark.parametrize("option", ["embedded", "vllm", "sglang"])

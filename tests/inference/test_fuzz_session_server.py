@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
-from agentrl.inference.engine import EmbeddedEngine
-from agentrl.inference.server import start_session_server
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+from agentrl.inference.sessions.server import start_session_server
 
 HANG = 60.0  # seconds for one request: only a hang detector
 SEED = 15  # issue 15

@@ -24,10 +24,10 @@ import torch
 from faults import CRASH_WORKER, INJECTED, WEDGE_LOOP, WEDGE_WORKER
 
 from agentrl.agents.chat import chat
-from agentrl.inference.engine import EmbeddedEngine
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 from agentrl.inference.serve import EXIT_ENGINE_DIED, SHUTDOWN_DEADLINE_S
-from agentrl.inference.server import start_session_server
-from agentrl.inference.sessions import build_session_app
+from agentrl.inference.sessions.app import build_session_app
+from agentrl.inference.sessions.server import start_session_server
 from agentrl.serving import serve_in_background
 from agentrl.testing.ports import free_port
 

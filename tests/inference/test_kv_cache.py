@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl.inference import kv_cache
-from agentrl.inference.batch import inverse_cdf
-from agentrl.inference.engine import EmbeddedEngine, shared_prefix
+from agentrl.inference.engines.embedded import kv_cache
+from agentrl.inference.engines.embedded.batch import inverse_cdf
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine, shared_prefix
 
 PREFIX = [(11 * j) % 200 + 3 for j in range(40)]  # a "system prompt" every chat below opens with
 TAILS = [[(5 * i + j) % 230 + 2 for j in range(2 + 3 * i)] for i in range(5)]

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl.inference import packed_linear
-from agentrl.inference.engine import EmbeddedEngine
+from agentrl.inference.engines.embedded import packed_linear
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 
 pytestmark = pytest.mark.skipif(not packed_linear.available(), reason="this torch build has no oneDNN linear")
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl.inference.engine import EmbeddedEngine
-from agentrl.inference.samples import assemble_sample, is_resumed
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+from agentrl.inference.sessions.samples import assemble_sample, is_resumed
 
 PROMPT = [5, 17, 42, 9, 100, 3]
 TEMPERATURE = 0.9

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agentrl.inference.completion import EngineUnavailable
-from agentrl.inference.remote_adapters import adapter_folder
-from agentrl.inference.remote_engine import Admission
-from agentrl.inference.weight_folders import folder_bytes, made_here, new_folder, weights_folder
+from agentrl.inference.engines.completion import EngineUnavailable
+from agentrl.inference.engines.remote_adapters import adapter_folder
+from agentrl.inference.engines.server_backed import Admission
+from agentrl.inference.engines.weight_folders import folder_bytes, made_here, new_folder, weights_folder
 
 
 def test_calls_go_to_the_least_busy_server_that_is_up() -> None:

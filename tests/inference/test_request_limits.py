@@ -22,8 +22,8 @@ import time
 import httpx
 import pytest
 
-from agentrl.inference.engine import EmbeddedEngine
-from agentrl.inference.server import start_session_server
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+from agentrl.inference.sessions.server import start_session_server
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.testing.ports import free_port
 

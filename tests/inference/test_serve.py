@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentrl.inference.engine import EmbeddedEngine
-from agentrl.inference.server import start_session_server
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+from agentrl.inference.sessions.server import start_session_server
 from agentrl.testing.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ import json
 import httpx
 import pytest
 
-from agentrl.inference.engine import EmbeddedEngine
-from agentrl.inference.server import start_session_server
-from agentrl.inference.sessions import MAX_BODY_BYTES
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+from agentrl.inference.sessions.app import MAX_BODY_BYTES
+from agentrl.inference.sessions.server import start_session_server
 from agentrl.serving import DRAIN_BYTES
 from agentrl.testing.scripted_phrases import CALL_MUL, J_ADD
 from agentrl.testing.stdlib_http import declared_only, oversized_json, stdlib_post

@@ -11,9 +11,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentrl.inference.engine import EmbeddedEngine
-from agentrl.inference.samples import assemble_sample
-from agentrl.inference.sessions import build_session_app
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+from agentrl.inference.sessions.app import build_session_app
+from agentrl.inference.sessions.samples import assemble_sample
 from agentrl.testing.scripted_phrases import BAD_JSON, CALL_MUL, J_ADD
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "a + b",

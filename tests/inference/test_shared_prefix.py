@@ -12,10 +12,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl.inference import prefix_attention
-from agentrl.inference.completion import Request
-from agentrl.inference.engine import EmbeddedEngine
-from agentrl.inference.prefix_cache import MIN_SHARED_PREFIX, PrefixCache, SharedPrefix
+from agentrl.inference.engines.completion import Request
+from agentrl.inference.engines.embedded import prefix_attention
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+from agentrl.inference.engines.embedded.prefix_cache import MIN_SHARED_PREFIX, PrefixCache, SharedPrefix
 
 PREFIX = [(7 * j) % 190 + 5 for j in range(36)]  # every chat below opens with it (>= MIN_SHARED_PREFIX)
 assert len(PREFIX) >= MIN_SHARED_PREFIX
@@ -153,7 +153,7 @@ async def test_the_kept_prefix_is_recomputed_after_new_weights(random_model):
 def test_without_a_prefix_kept_apart_each_row_holds_its_own_copy(random_model):
     """As on a GPU (`share_prefix=False`): the prefix still comes from the prefix cache, but each row is prefilled
     with its own copy of it and the batch keeps none apart; tokens and logprobs are still a fresh pass's."""
-    from agentrl.inference.batch import DecodeBatch
+    from agentrl.inference.engines.embedded.batch import DecodeBatch
 
     ref = AutoModelForCausalLM.from_pretrained(random_model).eval()
     prompts = [PREFIX + [80, 81], PREFIX + [82, 83, 84], PREFIX + [80, 81]]

@@ -23,8 +23,8 @@ import httpx
 import pytest
 import torch
 
-from agentrl.inference.completion import EngineUnavailable
-from agentrl.inference.vllm_servers import VLLMError
+from agentrl.inference.engines.completion import EngineUnavailable
+from agentrl.inference.engines.vllm.servers import VLLMError
 from agentrl.testing.cli import run_agentrl
 from agentrl.testing.scripted_phrases import CALL_MUL
 from tests.inference.conftest import make_scripted_model, needs_vllm
@@ -52,7 +52,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def served(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
-    from agentrl.inference.vllm import VLLMEngine
+    from agentrl.inference.engines.vllm.engine import VLLMEngine
 
     engine = VLLMEngine(models["a"], max_model_len=1024, health_every_s=0.5,
                         log_dir=tmp_path_factory.mktemp("vllm_logs"))
@@ -74,7 +74,7 @@ def _reply(engine, completion) -> str:
 
 
 def test_a_chat_with_tools_round_trips_through_the_session_server(served) -> None:
-    from agentrl.inference.server import start_session_server
+    from agentrl.inference.sessions.server import start_session_server
 
     server = start_session_server(served, tool_format="qwen", default_max_tokens=40)
     try:
@@ -196,7 +196,7 @@ def test_a_kept_push_lands_inside_a_running_reply(served, models) -> None:
 
 def test_an_engine_attaches_to_a_running_server(served, models) -> None:
     """inference.urls: the running server is made to serve the trainer's folder (version 0), then samples it."""
-    from agentrl.inference.vllm import VLLMEngine
+    from agentrl.inference.engines.vllm.engine import VLLMEngine
 
     attached = VLLMEngine(models["b"], urls=served.urls, health_every_s=0.5)
     try:
@@ -228,7 +228,7 @@ def test_a_restarted_server_loses_no_call_and_keeps_the_weights(served, models) 
 def test_a_killed_server_fails_fast_naming_it(served) -> None:
     """Last in the module (it ends the shared server): the watcher names the dead server within seconds, the
     session server's /health says so, and a new call fails with its URL instead of waiting."""
-    from agentrl.inference.server import start_session_server
+    from agentrl.inference.sessions.server import start_session_server
 
     url = served.urls[0]
     server = start_session_server(served, tool_format="qwen")
@@ -248,7 +248,7 @@ def test_a_killed_server_fails_fast_naming_it(served) -> None:
 
 
 def test_a_server_that_cannot_start_fails_the_setup_with_its_log_tail(models, tmp_path: Path) -> None:
-    from agentrl.inference.vllm import VLLMEngine
+    from agentrl.inference.engines.vllm.engine import VLLMEngine
 
     with pytest.raises(VLLMError, match=r"(?s)exited with .*no-such-flag"):
         VLLMEngine(models["a"], extra_args=["--no-such-flag"], log_dir=tmp_path)
@@ -259,7 +259,7 @@ def test_two_launched_servers_each_serve_on_cores_of_their_own(models, tmp_path:
     both to the same ones); the core lists are read from the servers' own logs."""
     import re
 
-    from agentrl.inference.vllm import VLLMEngine
+    from agentrl.inference.engines.vllm.engine import VLLMEngine
 
     engine = VLLMEngine(models["a"], num_servers=2, max_model_len=1024, health_every_s=0.5, log_dir=tmp_path)
     try:
@@ -308,7 +308,7 @@ def test_two_steps_through_the_cli_log_finite_metrics_and_the_logprob_gap(tmp_pa
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert len(runs) == 1
     run_id = runs[0].info.run_id
-    assert runs[0].data.params["inference/_target_"] == "agentrl.inference.vllm.VLLMEngine"
+    assert runs[0].data.params["inference/_target_"] == "agentrl.inference.engines.vllm.engine.VLLMEngine"
     for key in STEP_KEYS[trainer] + (("async/resumed_partial",) if extra else ()):
         history = client.get_metric_history(run_id, key)
         assert [m.step for m in history] == [1, 2], f"{key}: {history}"

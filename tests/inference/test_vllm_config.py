@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from agentrl.config.inference import VLLMInferenceConfig
-from agentrl.inference import vllm_servers
-from agentrl.inference.vllm_generate import sampling_params, to_completion
-from agentrl.inference.vllm_servers import (
+from agentrl.inference.engines.vllm import servers as vllm_servers
+from agentrl.inference.engines.vllm.generate import sampling_params, to_completion
+from agentrl.inference.engines.vllm.servers import (
     PYTHON_ENV,
     VLLMError,
     cpu_binds,

@@ -73,7 +73,7 @@ def reference_logprobs(model, tokens: list[int]) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def served(base: Path, tmp_path_factory: pytest.TempPathFactory):
-    from agentrl.inference.vllm import VLLMEngine
+    from agentrl.inference.engines.vllm.engine import VLLMEngine
 
     engine = VLLMEngine(base, max_model_len=512, health_every_s=0.5, lora=LORA,
                         log_dir=tmp_path_factory.mktemp("vllm_lora_logs"))
@@ -147,7 +147,7 @@ def test_a_wrong_adapter_fails_naming_it_and_the_server_keeps_serving(served, ba
 def test_an_engine_on_an_adapter_folder_serves_base_plus_adapter(served, base, tmp_path: Path) -> None:
     """A LoRA run's checkpoint is an adapter folder naming its base: attached to the running server, the engine
     loads the base there and samples with the adapter from version 0."""
-    from agentrl.inference.vllm import VLLMEngine
+    from agentrl.inference.engines.vllm.engine import VLLMEngine
 
     model = peft_model(base, seed=4)
     model.save_pretrained(tmp_path / "ckpt")  # PEFT's own folder: adapter_config.json names the base

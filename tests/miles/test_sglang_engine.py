@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentrl.inference.engine import Completion
-from agentrl.inference.sglang import SGLangEngine, SGLangError, launch_commands
+from agentrl.inference.engines.embedded.engine import Completion
+from agentrl.inference.engines.sglang import SGLangEngine, SGLangError, launch_commands
 from tests.miles.conftest import logprob_of
 
 

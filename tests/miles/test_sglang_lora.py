@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agentrl.config.model import LoraConfig
-from agentrl.inference.sglang import START_ADAPTER, SGLangEngine, launch_commands
+from agentrl.inference.engines.sglang import START_ADAPTER, SGLangEngine, launch_commands
 
 LORA = LoraConfig(enabled=True, rank=4, alpha=8.0, target_modules=["q_proj", "v_proj"])
 

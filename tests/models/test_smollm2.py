@@ -110,9 +110,9 @@ async def test_the_session_server_plays_a_long_conversation_token_in_token_out(f
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentrl.inference.engine import EmbeddedEngine
-    from agentrl.inference.samples import assemble_sample
-    from agentrl.inference.sessions import build_session_app
+    from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+    from agentrl.inference.sessions.app import build_session_app
+    from agentrl.inference.sessions.samples import assemble_sample
 
     engine = EmbeddedEngine(folder, batch_wait_ms=5)
     tok = AutoTokenizer.from_pretrained(folder)
@@ -277,8 +277,8 @@ async def test_a_last_reply_cut_at_its_length_is_no_tito_mismatch(folder):
     import httpx
     from transformers import AutoTokenizer
 
-    from agentrl.inference.engine import EmbeddedEngine
-    from agentrl.inference.sessions import build_session_app
+    from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+    from agentrl.inference.sessions.app import build_session_app
 
     engine = EmbeddedEngine(folder, batch_wait_ms=5)
     app = build_session_app(engine, AutoTokenizer.from_pretrained(folder), tool_format="hermes")

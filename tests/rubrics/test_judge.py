@@ -183,8 +183,8 @@ def test_our_session_server_with_the_tiny_model_is_a_judge():
     """The judge the proof trains with: every answer is judged (a score in [0, 1]) or flagged, never an error."""
     import torch
 
-    from agentrl.inference.engine import EmbeddedEngine
-    from agentrl.inference.server import start_session_server
+    from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+    from agentrl.inference.sessions.server import start_session_server
     from agentrl.testing.tiny_models import shared_tiny_model
 
     torch.set_num_threads(1)

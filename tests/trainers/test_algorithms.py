@@ -104,7 +104,7 @@ def test_each_loss_trains_on_role_groups_of_varying_size(tiny_model: str, loss: 
     """Engine-sampled samples in groups of 5, 2 and 1 (a co-evolution row's solvers, rewriters, selector)."""
     from transformers import AutoModelForCausalLM
 
-    from agentrl.inference.engine import EmbeddedEngine
+    from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 
     torch.manual_seed(0)
     roles = [("solver", 5), ("rewriter", 2), ("selector", 1)]

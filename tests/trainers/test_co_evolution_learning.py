@@ -24,8 +24,8 @@ from agentrl.agents.co_evolution import CoEvolutionAgent, solutions_block
 from agentrl.envs.server import build_app, serve_in_background
 from agentrl.envs.task import Bundle, Episode, TaskInfo, ToolResult, Turn
 from agentrl.group_filter import group_drop_reason
-from agentrl.inference.engine import EmbeddedEngine
-from agentrl.inference.server import start_session_server
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
+from agentrl.inference.sessions.server import start_session_server
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.play.evaluate import outcome_of
 from agentrl.play.rollout import RolloutRunner, make_row

@@ -128,7 +128,7 @@ def test_optuna_sweep_children_under_parent(tmp_path: Path) -> None:
 
 def _group(index: int, rewards: list[float], failure: str | None = None) -> list:
     from agentrl.agents.record import Failure, Rollout
-    from agentrl.inference.samples import Sample
+    from agentrl.inference.sessions.samples import Sample
 
     return [Rollout(reward=r, failure=Failure(failure) if failure else None, group=("train", index, "agent"),
                     sample=Sample([1, 2], [0, 1], [0.0, -1.0], r), row={"metadata": {"index": index}})

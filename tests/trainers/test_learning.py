@@ -12,7 +12,7 @@ import asyncio
 import pytest
 import torch
 
-from agentrl.inference.engine import EmbeddedEngine
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.trainers.grpo.grpo_math import group_advantages
 from agentrl.trainers.grpo.learner import Learner, TrainItem

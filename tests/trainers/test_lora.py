@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agentrl.config.model import LoraConfig, ModelConfig
-from agentrl.inference.engine import EmbeddedEngine
+from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 from agentrl.testing.config import compose_config
 from agentrl.testing.tiny_models import shared_tiny_model
 from agentrl.trainers.common import lora, weight_push

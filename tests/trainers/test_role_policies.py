@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from agentrl.agents.record import Rollout
-from agentrl.inference.samples import Sample
+from agentrl.inference.sessions.samples import Sample
 from agentrl.models.tiny import ensure_tiny_model
 from agentrl.plan import build_plan
 from agentrl.play.policies import MAIN, plan_policies, routing, untrained_roles

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from agentrl.agents.record import Rollout
-from agentrl.inference.samples import Sample
+from agentrl.inference.sessions.samples import Sample
 from agentrl.trainers.grpo.play_ahead import PlayAhead, lead
 from agentrl.trainers.grpo.staleness import play_staleness, split_stale, staleness_metrics
 

@@ -173,7 +173,7 @@ def test_a_play_becomes_trl_fields(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
     from agentrl.agents.record import Failure, Rollout
-    from agentrl.inference.samples import Sample
+    from agentrl.inference.sessions.samples import Sample
     from agentrl.models.tiny import ensure_tiny_model
     from agentrl.trainers.trl.worker import Bridge
 
@@ -217,7 +217,7 @@ def test_penalized_cut_plays_train_in_their_group_and_env_failures_still_mask_it
 
 def _played(reward: float, mask: list[int], *, failed: bool = False, group: str = "a") -> Any:
     from agentrl.agents.record import Failure, Rollout
-    from agentrl.inference.samples import Sample
+    from agentrl.inference.sessions.samples import Sample
 
     rollout = Rollout(reward=reward, sample=Sample([1, 2, *range(3, 3 + len(mask))], [0, 0, *mask],
                                                    [0.0] * (2 + len(mask))),

@@ -11,7 +11,7 @@ from typing import Any
 from agentrl.config.model import LoraConfig, ModelConfig
 from agentrl.config.schema import RunConfig, trainer_settings
 from agentrl.config.trainer import GRPOTrainerConfig
-from agentrl.inference.engine_protocol import engine_class, option_engines
+from agentrl.inference.engines.protocol import engine_class, option_engines
 from agentrl.play.policies import MAIN, Policy
 from agentrl.trainers.grpo.learner import STEP_METRICS, Algorithm, Learner, TrainItem
 

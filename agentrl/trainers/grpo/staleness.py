@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrl.agents.record import Rollout
-from agentrl.inference.samples import is_resumed
+from agentrl.inference.sessions.samples import is_resumed
 
 STALE = "stale"  # the group filter's reason for a group dropped by stale_policy=drop (rollout/groups_dropped/stale)
 

@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from agentrl.inference.tito import MessageValidationError
+from agentrl.inference.sessions.tito import MessageValidationError
 
 MAX_DEPTH = 64  # a tool's JSON schema nests a few levels; a thousand only exhausts recursion downstream
 INT32_MAX = 2**31 - 1  # what SGLang and vLLM take for top_k and token ids

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agentrl.inference.weight_folders import ADAPTER_PREFIX, new_folder, save_tensors
+from agentrl.inference.engines.weight_folders import ADAPTER_PREFIX, new_folder, save_tensors
 from agentrl.models.lora_folder import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 
 # vLLM accepts only these --max-lora-rank values (vllm/config/lora.py MaxLoRARanks).

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from agentrl.inference import tito
-from agentrl.inference.tito import MessageValidationError
+from agentrl.inference.sessions import tito
+from agentrl.inference.sessions.tito import MessageValidationError
 
 T = TypeVar("T")
 
@@ -35,6 +35,7 @@ NORMAL_WORKERS = 4
 
 def model_context(engine: Any, tokenizer: Any) -> int | None:
     """The model's context in tokens: the engine's `max_context`, else the tokenizer's `model_max_length`."""
+    # `max_context` is optional (not in the `Engine` protocol): SGLang's engine has none, so its tokenizer's counts.
     for value in (getattr(engine, "max_context", None), getattr(tokenizer, "model_max_length", None)):
         if isinstance(value, int) and 0 < value < 1 << 40:  # transformers' "unset" is 1e30
             return value

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar, cast
 
-from agentrl.inference.completion import Completion
+from agentrl.inference.engines.completion import Completion
 
 # The capabilities an engine class declares (each a bool class constant; `Engine` documents them).
 CAPABILITIES = ("KEEPS_RUNNING_ON_PUSH", "KEEPS_RUNNING_ON_ADAPTER_PUSH")
@@ -77,10 +77,10 @@ def engine_class(target: str) -> type[Engine]:
     engine = obj if isinstance(obj, type) else getattr(obj, "engine_class", None)
     if engine is None:
         raise TypeError(f"inference._target_={target} is neither an engine class nor a factory marked with "
-                        f"agentrl.inference.engine_protocol.builds: its capabilities are unknown")
+                        f"agentrl.inference.engines.protocol.builds: its capabilities are unknown")
     if missing := missing_capabilities(engine):
         raise TypeError(f"inference._target_={target}: {engine.__name__} does not declare {', '.join(missing)} "
-                        f"(agentrl.inference.engine_protocol.Engine)")
+                        f"(agentrl.inference.engines.protocol.Engine)")
     return cast(type[Engine], engine)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl.inference.completion import Completion
-from agentrl.inference.vllm_servers import VLLMError
+from agentrl.inference.engines.completion import Completion
+from agentrl.inference.engines.vllm.servers import VLLMError
 
 
 def sampling_params(max_tokens: int, temperature: float, top_p: float, top_k: int, stop_ids: list[int],

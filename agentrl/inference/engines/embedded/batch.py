@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import torch
 
-from agentrl.inference import kv_cache
-from agentrl.inference.completion import Request
-from agentrl.inference.prefix_cache import MIN_SHARED_PREFIX, SharedPrefix
+from agentrl.inference.engines.completion import Request
+from agentrl.inference.engines.embedded import kv_cache
+from agentrl.inference.engines.embedded.prefix_cache import MIN_SHARED_PREFIX, SharedPrefix
 
 # A temperature below this samples greedily (as SGLang's _SAMPLING_EPS): dividing float32 logits by a
 # tinier one overflows to inf, and the NaN probabilities that follow would kill the engine's worker.

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config.inference import SGLangInferenceConfig as SGLang  # the defaults' one home
-from agentrl.inference.completion import Completion
-from agentrl.inference.remote_adapters import START_ADAPTER, adapter_folder
-from agentrl.inference.remote_engine import Admission, LoopClients
-from agentrl.inference.weight_folders import folder_bytes, made_here, weights_folder
+from agentrl.inference.engines.completion import Completion
+from agentrl.inference.engines.remote_adapters import START_ADAPTER, adapter_folder
+from agentrl.inference.engines.server_backed import Admission, LoopClients
+from agentrl.inference.engines.weight_folders import folder_bytes, made_here, weights_folder
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def launch_note(settings: Any) -> str | None:
 class SGLangEngine:
     """SGLang servers as an engine. `urls` non-empty: use those servers; else launch one per GPU."""
 
-    KEEPS_RUNNING_ON_PUSH = False  # a push waits for the running replies (engine_protocol.Engine)
+    KEEPS_RUNNING_ON_PUSH = False  # a push waits for the running replies (engines.protocol.Engine)
     KEEPS_RUNNING_ON_ADAPTER_PUSH = False
 
     def __init__(self, model_path: str | Path, urls: list[str] | tuple[str, ...] = (), num_gpus: int = SGLang.num_gpus,

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from agentrl.http import async_client
-from agentrl.inference.completion import EngineUnavailable
+from agentrl.inference.engines.completion import EngineUnavailable
 
 
 class Admission:

@@ -8,17 +8,14 @@ between two decode steps (their prompts are prefilled together in one pass and t
 left-padded to the batch's length), so a session whose turn finishes early starts its next turn
 without waiting for the slowest sequence. Finished sequences leave the batch at once; columns that
 only hold padding for every remaining row are trimmed. A prompt sent n times at once runs once. The
-cache is preallocated and written in place (`agentrl.inference.kv_cache`): a decode step copies no
+cache is preallocated and written in place (`agentrl.inference.engines.embedded.kv_cache`): a decode step copies no
 K/V; rows joining or leaving do.
 
-The shared prompt prefix. A run's chats open alike (system prompt, tool schema). Its K/V is computed
-once and kept between batches (`agentrl.inference.prefix_cache`: the next turn, GRPO step or eval chunk
-runs only what follows it), and on a CPU the rows attend to that one copy instead of each holding
-their own (`agentrl.inference.prefix_attention`: attention there is bound by reading the K/V). A
-newcomer that shares less of the prefix gives the running rows back the columns they stop sharing.
+The shared prompt prefix. A run's chats open alike (system prompt, tool schema): its K/V is computed once, kept
+between batches and, on a CPU, held once for every row (`passes.py`, which has the model passes).
 
 Log-probabilities. `Completion.logprobs[i]` is the untruncated `log_softmax(logits / T)[token_i]` of
-the pass that sampled the token (T = 1 when greedy); see `agentrl.inference.completion`.
+the pass that sampled the token (T = 1 when greedy); see `agentrl.inference.engines.completion`.
 
 Weights. `update_weights(mode="wait")` stops admitting new requests, lets the running batch finish on
 the old weights, copies the new ones in place, bumps `weight_version`, then admits the queue: every
@@ -29,8 +26,10 @@ verl's partial rollouts do; recomputing it would cost a prefill per sequence). E
 the version that sampled it (`Completion.token_versions`) and its logprob is that pass's, so
 importance sampling against the behaviour logprobs stays exact per token.
 
-Scheduling lives here; the left-padded batch and sampling are in `agentrl.inference.batch`, and
-`Completion` / `EngineStats` (re-exported here) in `agentrl.inference.completion`.
+Scheduling lives here (admission, weight pushes, the worker thread); the model passes (prefill with the shared
+prefix, decode steps, sampling, retiring rows) in `agentrl.inference.engines.embedded.passes`, which `EmbeddedEngine`
+builds on; the left-padded batch and sampling in `agentrl.inference.engines.embedded.batch`; `Completion` /
+`EngineStats` (re-exported here) in `agentrl.inference.engines.completion`.
 """
 
 from __future__ import annotations
@@ -49,10 +48,7 @@ from typing import Any
 import torch
 
 from agentrl.config.inference import EmbeddedInferenceConfig as Embedded  # the defaults' one home
-from agentrl.inference import kv_cache, packed_linear
-from agentrl.inference.adapter import load_served_model
-from agentrl.inference.batch import DecodeBatch, prefill_inputs, sample_tokens
-from agentrl.inference.completion import (
+from agentrl.inference.engines.completion import (
     Completion,
     EngineStats,
     EngineUnavailable,
@@ -61,16 +57,13 @@ from agentrl.inference.completion import (
     default_stop_ids,
     resolve,
 )
-from agentrl.inference.prefix_attention import KWARG as PREFIX_KWARG
-from agentrl.inference.prefix_attention import use_shared_prefix
-from agentrl.inference.prefix_cache import (
-    MIN_SHARED_PREFIX,
-    PrefixCache,
-    SharedPrefix,
-    common_length,
-    shared_prefix,
-)
-from agentrl.inference.weights import load_state_dict, validate_state_dict
+from agentrl.inference.engines.embedded import packed_linear
+from agentrl.inference.engines.embedded.adapter import load_served_model
+from agentrl.inference.engines.embedded.batch import DecodeBatch
+from agentrl.inference.engines.embedded.passes import ModelPasses
+from agentrl.inference.engines.embedded.prefix_attention import use_shared_prefix
+from agentrl.inference.engines.embedded.prefix_cache import PrefixCache, shared_prefix
+from agentrl.inference.engines.embedded.weights import load_state_dict, validate_state_dict
 
 __all__ = ["Completion", "EmbeddedEngine", "EngineStats", "EngineUnavailable", "shared_prefix"]
 
@@ -80,7 +73,7 @@ PUSH_MODES = ("wait", "keep")  # update_weights: finish the running batch first 
 _WAKE = object()  # queue sentinel: wakes an idle worker (a weight update or close is pending)
 
 
-class EmbeddedEngine:
+class EmbeddedEngine(ModelPasses):
     """A transformers model served with continuous batching from a dedicated thread.
 
     Args:
@@ -92,7 +85,7 @@ class EmbeddedEngine:
     Extra keyword arguments (the inference config's host/port) are accepted and ignored.
     """
 
-    KEEPS_RUNNING_ON_PUSH = True  # update_weights(mode="keep"): applied between decode steps (engine_protocol.Engine)
+    KEEPS_RUNNING_ON_PUSH = True  # update_weights(mode="keep"): applied between decode steps (engines.protocol.Engine)
     KEEPS_RUNNING_ON_ADAPTER_PUSH = True  # update_adapter(mode="keep"): its merged weights, likewise
 
     def __init__(
@@ -118,7 +111,7 @@ class EmbeddedEngine:
         self.max_batch_sequences = int(max_batch_sequences)
         self.batch_wait_s = max(0.0, float(batch_wait_ms)) / 1000.0
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        # A LoRA adapter folder serves its base with the adapter merged in (`inference/adapter.py`).
+        # A LoRA adapter folder serves its base with the adapter merged in (`inference/engines/embedded/adapter.py`).
         self.model, self._adapter_base = load_served_model(path, self.dtype, self.device)
         packed_linear.pack_linears(self.model)  # float32 on a CPU only: the big matrices laid out once for oneDNN
         # transformers 5.x renamed the cache argument and output field `past_key_values` -> `cache`.
@@ -396,130 +389,3 @@ class EmbeddedEngine:
             except Exception as exc:  # a bad update fails its caller, not the engine
                 fut.set_exception(exc)
         packed_linear.repack(self.model)  # before the next forward pass, which only this thread runs
-
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any,
-                 prefix: SharedPrefix | None = None) -> tuple[torch.Tensor, Any]:
-        """One forward pass after `prefix` (positions 0..P-1 of every row, held once); returns the last position's
-        logits [B, V] and the grown cache (the columns after the prefix)."""
-        extra = {PREFIX_KWARG: prefix.kv} if prefix is not None else {}
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_kwarg: cache},
-            **extra,
-        )
-        return out.logits[:, -1, :], getattr(out, self._cache_kwarg)
-
-    def _prefill(self, reqs: list[Request]) -> None:
-        reqs = [r for r in reqs if not (r.cancelled or r.future.cancelled())]
-        if not reqs:
-            return
-        # A GRPO group sends one prompt n times at once: run each distinct prompt once, then give every
-        # request its own copy of that row's cache (n x fewer prefill tokens; decoding is per row as before).
-        distinct: dict[tuple[int, ...], int] = {}
-        rows = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in reqs]
-        prompts = list(distinct)
-        computed = self._prefixes.computed_tokens
-        prefix = self._prefix_for(prompts)
-        logits, kv, mask, kept = self._prefill_rows(prompts, prefix)
-        index = None
-        if len(distinct) < len(reqs):
-            index = torch.tensor(rows, device=self.device)
-            logits, mask = logits[index], mask[index]
-        self.stats.prefill_passes += 1
-        self.stats.prefill_rows += len(distinct)
-        if prefix is not None:
-            self.stats.shared_prefix_tokens += len(prefix) * len(prompts) - (self._prefixes.computed_tokens - computed)
-        tokens = self._sample(logits, reqs)
-        next_pos = torch.tensor([len(r.prompt_ids) for r in reqs], device=self.device)
-        self._batch.merge(reqs, kv, index, mask, next_pos, tokens, kept)
-        self._retire()
-
-    def _prefix_for(self, prompts: list[tuple[int, ...]]) -> SharedPrefix | None:
-        """The prefix `prompts` share (no longer than what they share with the running batch's, so that the
-        batch keeps its own), from the prefix cache; None when they share too little."""
-        n = shared_prefix(prompts)
-        held = self._batch.prefix
-        if self._batch and held is not None and held.version == self.weight_version:
-            alike = common_length(held.ids, prompts[0])
-            n = min(n, alike) if alike >= MIN_SHARED_PREFIX else n  # else the batch gives its prefix up anyway
-        if n < MIN_SHARED_PREFIX:
-            return None
-        return self._prefixes.get(prompts[0][:n], self.weight_version)
-
-    def _compute_prefix(self, ids: Any, base: SharedPrefix | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """K/V of `base` followed by `ids`, run as one row (the prefix cache's compute)."""
-        start = len(base) if base is not None else 0
-        if base is None:
-            from transformers import DynamicCache
-
-            cache = DynamicCache(config=self.model.config)
-        else:
-            cache = kv_cache.build([(base.kv, None)], len(ids))
-        row = torch.tensor([list(ids)], device=self.device)
-        mask = torch.ones((1, start + len(ids)), dtype=torch.long, device=self.device)
-        _, cache = self._forward(row, mask, torch.arange(start, start + len(ids), device=self.device)[None, :], cache)
-        return kv_cache.layers_of(cache)
-
-    def _prefill_rows(self, prompts: list[tuple[int, ...]], prefix: SharedPrefix | None,
-                      ) -> tuple[torch.Tensor, list, torch.Tensor, SharedPrefix | None]:
-        """Prefill what follows `prefix` in each prompt (left-padded): (last logits [P, V], per-layer (keys,
-        values) [P, H, W, D] of those columns, their attention mask [P, W], the prefix the rows keep apart).
-
-        Where the batch keeps no prefix apart (a GPU: its SDPA kernels, not `prefix_attention`'s, should run), each
-        row gets its own copy of the prefix as the pass's cache, and the columns returned include it."""
-        from transformers import DynamicCache
-
-        start = len(prefix) if prefix is not None else 0
-        ids, mask, pos = prefill_inputs([p[start:] for p in prompts], self.pad_id, self.device)
-        if prefix is None or self._batch.share_prefix:
-            logits, cache = self._forward(ids, mask, pos + start, DynamicCache(config=self.model.config), prefix)
-            return logits, kv_cache.layers_of(cache), mask, prefix
-        copies = torch.zeros(len(prompts), dtype=torch.long, device=self.device)
-        cache = kv_cache.build([(prefix.kv, copies)], ids.shape[1])
-        mask = torch.cat([torch.ones((len(prompts), start), dtype=mask.dtype, device=self.device), mask], dim=1)
-        logits, cache = self._forward(ids, mask, pos + start, cache)
-        return logits, kv_cache.layers_of(cache), mask, None
-
-    def _decode_step(self) -> None:
-        b = self._batch
-        assert b.mask is not None and b.next_pos is not None and b.last_tok is not None
-        ones = torch.ones((len(b), 1), dtype=b.mask.dtype, device=self.device)
-        b.mask = torch.cat([b.mask, ones], dim=1)
-        logits, b.cache = self._forward(b.last_tok[:, None], b.mask, b.next_pos[:, None], b.cache, b.prefix)
-        b.next_pos = b.next_pos + 1
-        self.stats.decode_steps += 1
-        self.stats.max_batch_size = max(self.stats.max_batch_size, len(b))
-        b.last_tok = self._sample(logits, b.reqs)
-        self._retire()
-
-    def _sample(self, logits: torch.Tensor, reqs: list[Request]) -> torch.Tensor:
-        tokens = sample_tokens(logits, reqs, self._rng)
-        for r in reqs:
-            r.out_versions.append(self.weight_version)
-        self.stats.tokens_generated += len(reqs)
-        return tokens
-
-    def _retire(self) -> None:
-        """Resolve finished or cancelled rows and drop them from the batch."""
-        keep: list[int] = []
-        for i, r in enumerate(self._batch.reqs):
-            reason = None
-            if r.out_ids[-1] in r.stop_ids:
-                reason = "stop"
-            elif len(r.out_ids) >= r.max_tokens:
-                reason = "length"
-            if r.cancelled or r.future.cancelled():
-                resolve(r.future, exc=asyncio.CancelledError())
-            elif reason is not None:
-                self.stats.requests += 1
-                self.stats.resumed_requests += int(r.out_versions[0] != r.out_versions[-1])
-                done = Completion(r.out_ids, r.out_logprobs, reason, r.out_versions[0], len(r.prompt_ids),
-                                  token_versions=r.out_versions)
-                resolve(r.future, done)
-            else:
-                keep.append(i)
-        self._batch.keep(keep)

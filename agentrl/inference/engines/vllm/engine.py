@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config.inference import VLLMInferenceConfig as V  # the defaults' one home
-from agentrl.inference.completion import Completion, EngineUnavailable
-from agentrl.inference.remote_adapters import START_ADAPTER, adapter_folder
-from agentrl.inference.remote_engine import Admission, LoopClients
-from agentrl.inference.vllm_generate import sampling_params, to_completion
-from agentrl.inference.vllm_servers import (
+from agentrl.inference.engines.completion import Completion, EngineUnavailable
+from agentrl.inference.engines.remote_adapters import START_ADAPTER, adapter_folder
+from agentrl.inference.engines.server_backed import Admission, LoopClients
+from agentrl.inference.engines.vllm.generate import sampling_params, to_completion
+from agentrl.inference.engines.vllm.servers import (
     ServerProcess,
     VLLMError,
     free_port,
@@ -61,7 +61,7 @@ from agentrl.inference.vllm_servers import (
     vllm_python,
     wait_healthy,
 )
-from agentrl.inference.weight_folders import folder_bytes, made_here, weights_folder
+from agentrl.inference.engines.weight_folders import folder_bytes, made_here, weights_folder
 
 __all__ = ["VLLMEngine", "VLLMError"]
 

@@ -14,17 +14,17 @@ A record is `{"timestamp", "method", "path", "status_code", "request": <body + "
 `output_token_logprobs` ([[logprob, token_id], ...]), `completion_tokens`, `prompt_tokens`,
 `cached_tokens`, `weight_version` and `tool_call_errors`. `assemble_sample` turns records into a Sample.
 Errors come back as `{"error": "..."}`: 400 bad or non-extending request (the body is checked by
-`agentrl.inference.schema.ChatCompletionRequest`, and the message names the field; a tool message
+`agentrl.inference.sessions.schema.ChatCompletionRequest`, and the message names the field; a tool message
 must answer a call of the assistant message before it, `tito.check_tool_replies`), 404 unknown
-session, 413 a body over `max_body_bytes` (`agentrl.inference.body_limit`), 500 a chat template
+session, 413 a body over `max_body_bytes` (`agentrl.inference.sessions.body_limit`), 500 a chat template
 that cannot extend a turn, 503 an engine that cannot serve (the message names why; every request
 waiting on a dead engine gets it at once) or a turn still running when shutdown's grace period ends
-(`agentrl.inference.draining`).
+(`agentrl.inference.sessions.draining`).
 
 Limits, so that no request can stall or crash the server: the body's size (`max_body_bytes`);
 `max_tokens` / `max_completion_tokens` at most the model's context (`schema.request_model`); a
 prompt that cannot fit the context is refused before it is tokenized when its length alone shows
-it, else after (`agentrl.inference.prompt_tokens`); a tokenizer that fails or panics on a prompt is a
+it, else after (`agentrl.inference.sessions.prompt_tokens`); a tokenizer that fails or panics on a prompt is a
 400. Parsing and validating the body, rendering and tokenizing run on worker threads (a lane of their
 own for large requests), so `/health` and the other sessions answer meanwhile.
 """
@@ -45,13 +45,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from agentrl.inference import tito
-from agentrl.inference.body_limit import MAX_BODY_BYTES, BodyLimit
-from agentrl.inference.completion import EngineUnavailable
-from agentrl.inference.draining import Drain, ServerShuttingDown
-from agentrl.inference.prompt_tokens import PromptEncoder, model_context
-from agentrl.inference.schema import describe, inline_schema, parse_request, request_model
-from agentrl.inference.tito import MessageValidationError, TokenizationError
+from agentrl.inference.engines.completion import EngineUnavailable
+from agentrl.inference.engines.protocol import Engine
+from agentrl.inference.sessions import tito
+from agentrl.inference.sessions.body_limit import MAX_BODY_BYTES, BodyLimit
+from agentrl.inference.sessions.draining import Drain, ServerShuttingDown
+from agentrl.inference.sessions.prompt_tokens import PromptEncoder, model_context
+from agentrl.inference.sessions.schema import describe, inline_schema, parse_request, request_model
+from agentrl.inference.sessions.tito import MessageValidationError, TokenizationError
 from agentrl.models.tool_calls import tool_call_parser
 
 __all__ = ["MAX_BODY_BYTES", "SessionNotFoundError", "SessionStore", "build_session_app", "engine_failure"]
@@ -120,14 +121,16 @@ def _error(status: int, message: str) -> JSONResponse:
 
 def engine_failure(engine: Any) -> str | None:
     """Why `engine` cannot serve, or None while it can (engines without a `failure` are assumed able)."""
+    # Optional, not in the `Engine` protocol: the embedded engine (and its process) fail as a whole and say so here;
+    # vLLM's and SGLang's fail per call (a dead server), so their /health stays 200.
     failure = getattr(engine, "failure", None)
     return None if failure is None else str(failure)
 
 
-def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens: int = 512,
+def build_session_app(engine: Engine, tokenizer: Any = None, *, default_max_tokens: int = 512,
                       store: SessionStore | None = None, model_name: str | None = None,
                       max_body_bytes: int = MAX_BODY_BYTES, tool_format: str = "qwen") -> FastAPI:
-    """The session server as a FastAPI app over `engine` (an `EmbeddedEngine` or anything with its `generate`).
+    """The session server as a FastAPI app over `engine` (any `Engine`: embedded, vLLM, SGLang).
 
     `tokenizer` renders the chat template (a tokenizer object or a folder; default `engine.tokenizer`).
     `store` lets the caller keep a handle on the sessions (also at `app.state.sessions`).
@@ -145,7 +148,7 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError("the tokenizer has no chat template; the session server needs one")
     store = SessionStore() if store is None else store
-    model_name = model_name or str(getattr(engine, "model_path", "agentrl-model"))
+    model_name = model_name or str(engine.model_path)
     vocab = tokenizer.get_vocab()
     end_text = "<|im_end|>" if "<|im_end|>" in vocab else tokenizer.eos_token
 
@@ -199,7 +202,7 @@ def build_session_app(engine: Any, tokenizer: Any = None, *, default_max_tokens:
     async def health() -> JSONResponse:
         failure = engine_failure(engine)
         body = {"status": "ok" if failure is None else "unavailable",
-                "weight_version": getattr(engine, "weight_version", 0), "sessions": len(store)}
+                "weight_version": engine.weight_version, "sessions": len(store)}
         if failure is not None:
             body["error"] = failure
         return JSONResponse(body, status_code=200 if failure is None else 503)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl.inference.samples import Sample, assemble_sample
-from agentrl.inference.sessions import MAX_BODY_BYTES, SessionStore, build_session_app
+from agentrl.inference.sessions.app import MAX_BODY_BYTES, SessionStore, build_session_app
+from agentrl.inference.sessions.samples import Sample, assemble_sample
 from agentrl.serving import ThreadedServer
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agentrl.inference.remote_adapters import vllm_lora_rank
+from agentrl.inference.engines.remote_adapters import vllm_lora_rank
 
 DEFAULT_VENV = Path.home() / ".cache" / "agentrl" / "vllm-venv"
 PYTHON_ENV = "AGENTRL_VLLM_PYTHON"  # scripts/install_vllm.sh's last line; scripts/test.sh exports it

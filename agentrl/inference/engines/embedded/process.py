@@ -29,16 +29,16 @@ import multiprocessing as mp
 import shutil
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from agentrl.child_process import die_with_parent
 from agentrl.config.inference import EmbeddedInferenceConfig as Embedded  # the defaults' one home
 from agentrl.devices import engine_threads
-from agentrl.inference.completion import Completion, EngineStats, EngineUnavailable, resolve
-from agentrl.inference.engine_protocol import builds
-from agentrl.inference.weight_folders import made_here, weights_folder
+from agentrl.inference.engines.completion import Completion, EngineStats, EngineUnavailable, resolve
+from agentrl.inference.engines.protocol import builds
+from agentrl.inference.engines.weight_folders import made_here, weights_folder
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class ProcessEngine:
     """`EmbeddedEngine` served from a child process; the same calls (`generate`, `update_weights`, `stats`,
     `weight_version`, `failure`, `close`)."""
 
-    KEEPS_RUNNING_ON_PUSH = True  # the child's EmbeddedEngine's (engine_protocol.Engine)
+    KEEPS_RUNNING_ON_PUSH = True  # the child's EmbeddedEngine's (engines.protocol.Engine)
     KEEPS_RUNNING_ON_ADAPTER_PUSH = True
 
     def __init__(self, model_path: str | Path, threads: int = 0, **engine_kwargs: Any) -> None:
@@ -138,10 +138,12 @@ class ProcessEngine:
         self.weight_version = int(self._call("update_adapter", arrays, lora, mode).result(timeout=timeout))
         return self.weight_version
 
-    def serve_sessions(self, *, host: str = "127.0.0.1", port: int = 0, **options: Any) -> ChildSessionServer:
-        """Start a session server (`start_session_server(engine, ...)`, `options` its keywords) in the child,
-        over the child's engine; returns once it accepts connections. It stops with the child (`close`)."""
-        url = self._call("serve", host, int(port), options).result(timeout=READY_TIMEOUT_S)
+    def serve_sessions(self, start: Callable[..., Any], *, host: str = "127.0.0.1", port: int = 0,
+                       **options: Any) -> ChildSessionServer:
+        """Start a session server (`start(engine, host=, port=, **options)`: `start_session_server`, which the
+        caller names so that the engines import no session server) in the child, over the child's engine; returns
+        once it accepts connections. It stops with the child (`close`)."""
+        url = self._call("serve", start, host, int(port), options).result(timeout=READY_TIMEOUT_S)
         log.info("engine process %d serves sessions at %s", self.pid, url)
         return ChildSessionServer(url)
 
@@ -212,7 +214,7 @@ def embedded_engine(model_path: str | Path, process: bool = Embedded.process,
     """`inference=embedded`'s engine: `EmbeddedEngine` here, or in a child process (`inference.process`)."""
     if process:
         return ProcessEngine(model_path, threads=process_threads, **kw)
-    from agentrl.inference.engine import EmbeddedEngine
+    from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 
     return EmbeddedEngine(model_path, **kw)
 
@@ -239,7 +241,7 @@ def _child_main(conn: Any, model_path: str, threads: int, engine_kwargs: dict[st
     import torch
 
     torch.set_num_threads(threads)
-    from agentrl.inference.engine import EmbeddedEngine
+    from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 
     try:
         engine = EmbeddedEngine(model_path, **engine_kwargs)
@@ -279,11 +281,9 @@ def _child_main(conn: Any, model_path: str, threads: int, engine_kwargs: dict[st
         except Exception as exc:  # noqa: BLE001 - a bad update fails its caller
             reply(call_id, False, exc)
 
-    def serve(call_id: int, host: str, port: int, options: dict[str, Any]) -> None:
+    def serve(call_id: int, start: Callable[..., Any], host: str, port: int, options: dict[str, Any]) -> None:
         try:
-            from agentrl.inference.server import start_session_server
-
-            servers.append(start_session_server(engine, host=host, port=port, **options))
+            servers.append(start(engine, host=host, port=port, **options))
             reply(call_id, True, servers[-1].base_url)
         except Exception as exc:  # noqa: BLE001 - a port in use fails its caller, named
             reply(call_id, False, exc)
