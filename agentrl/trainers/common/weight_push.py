@@ -75,6 +75,7 @@ def push(model: Any, engine: Any, lora: LoraSettings | None, **kw: Any) -> int:
         state = without_tied_head(model.get_base_model(), merged_state(model))
         engine.update_weights(state, **kw)
         return tensor_bytes(state)
+    # Every engine of ours takes adapters (engines/protocol.py); an engine of the user's own may not.
     update = getattr(engine, "update_adapter", None)
     if update is None:
         raise TypeError(f"{type(engine).__name__} does not take LoRA adapters; set model.lora.push=merged to push "

@@ -203,7 +203,7 @@ class GRPOTrainer(TrainerBase):
     def _staleness(self, batch: StepBatch) -> dict[str, float]:
         """`async/staleness_*` of what trains; under stale_policy=drop, the groups older than K leave `batch.kept`
         first (counted in `rollout/groups_dropped/stale` and `async/dropped_stale`)."""
-        now = {name: getattr(engine, "weight_version", None) for name, engine in self.services.policy_engines.items()}
+        now = {name: engine.weight_version for name, engine in self.services.policy_engines.items()}
         plays = play_staleness(batch.played, now)
         stale: list[Any] = []
         if self.t.stale_policy == "drop":
