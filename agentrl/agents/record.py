@@ -160,6 +160,16 @@ class Play:
     judged: bool = False
 
 
+FAILURE_KEY = "agentenv_failure"  # a Miles sample's failure kind (`Failure.value`), set only when flagged
+ERROR_KEY = "agentenv_error"  # its detail
+
+
+def metadata_failure(metadata: Mapping[str, Any]) -> str | None:
+    """The failure a Miles sample's metadata names (`FAILURE_KEY`), with its detail; None for an unflagged one."""
+    failure = metadata.get(FAILURE_KEY)
+    return f"{failure}: {metadata.get(ERROR_KEY) or 'no detail'}" if failure else None
+
+
 def miles_metadata(rollout: Rollout) -> dict[str, Any]:
     """The dict Miles merges into its sample's metadata (the AgentEnv guide's key names)."""
     out: dict[str, Any] = {
@@ -173,8 +183,8 @@ def miles_metadata(rollout: Rollout) -> dict[str, Any]:
         "agentenv_answer": rollout.answer,
     }
     if rollout.failure:
-        out["agentenv_failure"] = rollout.failure.value
-        out["agentenv_error"] = rollout.error
+        out[FAILURE_KEY] = rollout.failure.value
+        out[ERROR_KEY] = rollout.error
     return out
 
 
@@ -189,8 +199,8 @@ def miles_rollout(metadata: Mapping[str, Any]) -> Rollout:
                       turns=int(metadata.get("agentenv_turns") or 0),
                       completion_tokens=int(metadata.get("agentenv_completion_tokens") or 0),
                       context_tokens=int(metadata.get("agentenv_context_tokens") or 0))
-    if failure := metadata.get("agentenv_failure"):
-        rollout.flag(Failure.of(str(failure)), str(metadata.get("agentenv_error") or ""))
+    if failure := metadata.get(FAILURE_KEY):
+        rollout.flag(Failure.of(str(failure)), str(metadata.get(ERROR_KEY) or ""))
     return rollout
 
 
@@ -199,5 +209,5 @@ def miles_rubric_metadata(rollout: Rollout, reward: float) -> dict[str, Any]:
     part (`agentenv_rubric`) and, when the rubric failed (its judge gave no score), the failure."""
     out: dict[str, Any] = {"reward": reward, "agentenv_rubric": dict(rollout.rubric)}
     if rollout.failure is not None:
-        out["agentenv_failure"], out["agentenv_error"] = rollout.failure.value, rollout.error
+        out[FAILURE_KEY], out[ERROR_KEY] = rollout.failure.value, rollout.error
     return out

@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.agents.record import ERROR_KEY, FAILURE_KEY, Failure, metadata_failure
 from agentrl.group_filter import FAILED, FailureStreak, drop_reason
 
 FAILED_REASON = "agentenv_failed"  # Miles counts it as rollout/dynamic_filter/drop_agentenv_failed
@@ -55,7 +56,7 @@ def _get(sample: Any, name: str) -> Any:
 def sample_failed(sample: Any) -> bool:
     """True for a flagged rollout, an aborted one, or one whose agent returned no reward."""
     metadata = _get(sample, "metadata") or {}
-    if metadata.get("agentenv_failure"):
+    if metadata.get(FAILURE_KEY):
         return True
     status = _get(sample, "status")
     if status is not None and str(getattr(status, "value", status)).lower() in ("aborted", "failed"):
@@ -88,9 +89,8 @@ def keep_scored_groups(args: Any, samples: Any, **kwargs: Any) -> bool:
 
 def _failure_of(samples: Any) -> str:
     for s in _flatten(samples):
-        metadata = _get(s, "metadata") or {}
-        if metadata.get("agentenv_failure"):
-            return f"{metadata['agentenv_failure']}: {metadata.get('agentenv_error') or 'no detail'}"
+        if failure := metadata_failure(_get(s, "metadata") or {}):
+            return failure
     return "a rollout without a reward (aborted, or the agent returned none)"
 
 
@@ -114,7 +114,7 @@ def filter_scored_groups(args: Any, samples: Any, **kwargs: Any) -> Any:
 
 def _metadata_reward(sample: Any) -> float:
     metadata = _get(sample, "metadata") or {}
-    if metadata.get("agentenv_failure"):
+    if metadata.get(FAILURE_KEY):
         return 0.0
     reward = metadata.get("reward")
     return 0.0 if reward is None else float(reward)
@@ -170,8 +170,8 @@ async def generate(input: Any) -> Any:
         status = getattr(sample, "status", None)
         if getattr(sample, "reward", None) is None and "aborted" in str(getattr(status, "value", status)).lower():
             sample.metadata = {**(sample.metadata or {}), **holder, "reward": 0.0}
-            sample.metadata.setdefault("agentenv_failure", "no_model_turn")
-            sample.metadata.setdefault("agentenv_error", "the rollout ended before the model's first call")
+            sample.metadata.setdefault(FAILURE_KEY, Failure.NO_MODEL_TURN.value)
+            sample.metadata.setdefault(ERROR_KEY, "the rollout ended before the model's first call")
             sample.reward = 0.0
     return output
 
