@@ -57,7 +57,7 @@ def main(cfg: DictConfig) -> None:
     import uvicorn
 
     from agentrl.inference.sessions.app import build_session_app
-    from agentrl.serving import DeadlineServer
+    from agentrl.uvicorn_servers import DeadlineServer
 
     model_path = hydra.utils.instantiate(cfg.model)
     engine = hydra.utils.instantiate(cfg.inference, model_path=model_path)

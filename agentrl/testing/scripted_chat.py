@@ -232,7 +232,7 @@ class ScriptedChat:
     @contextlib.contextmanager
     def serve(self, host: str = "127.0.0.1") -> Iterator[str]:
         """`with chat.serve() as url:` serves the script on a free loopback port."""
-        from agentrl.serving import serve_in_background
+        from agentrl.uvicorn_servers import serve_in_background
 
         with serve_in_background(self.app, host) as url:
             yield url

@@ -182,8 +182,8 @@ def scripted_model(delay: float) -> tuple[str, Any]:
     every third session, each reply `delay` seconds late (so faults land on live episodes, as with a model);
     returns (URL, (the ScriptedChat, its stop function)). Only for quick runs of the soak's own logic."""
     from agentrl.envs.bundles import load_bundle
-    from agentrl.serving import start_server_in_thread
     from agentrl.testing import Reply, ScriptedChat, tool_call
+    from agentrl.uvicorn_servers import start_server_in_thread
 
     grid = load_bundle("gridsim", prompt_style="compact")
 

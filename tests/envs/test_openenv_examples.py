@@ -19,8 +19,8 @@ from agentrl.envs.bundles import load_bundle
 from agentrl.envs.bundles.openenv_remote.local_app import local_app, read_manifest
 from agentrl.envs.bundles.openenv_remote.teacher import play_demonstration
 from agentrl.play.eval_subset import spread
-from agentrl.serving import serve_in_background
 from agentrl.testing.cli import run_agentrl
+from agentrl.uvicorn_servers import serve_in_background
 from tests.envs.openenv_examples.grid_world_teacher import to_goal
 
 EXAMPLES = Path(__file__).resolve().parent / "openenv_examples"

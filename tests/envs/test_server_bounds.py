@@ -18,8 +18,8 @@ from websockets.asyncio.client import connect
 from agentrl.envs.server import build_app, serve_in_background, wire
 from agentrl.envs.server.echo import EchoBundle
 from agentrl.envs.server.mcp_routes import MAX_BODY_BYTES
-from agentrl.serving import DRAIN_BYTES
 from agentrl.testing.stdlib_http import declared_only, oversized_json, stdlib_post
+from agentrl.uvicorn_servers import DRAIN_BYTES
 
 FIVE_MB = 5_000_000
 REPLY_BOUND = 4000  # bytes: room for a reply's own text and a bounded echo, far below the frame's size

@@ -28,8 +28,8 @@ from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 from agentrl.inference.serve import EXIT_ENGINE_DIED, SHUTDOWN_DEADLINE_S
 from agentrl.inference.sessions.app import build_session_app
 from agentrl.inference.sessions.server import start_session_server
-from agentrl.serving import serve_in_background
 from agentrl.testing.ports import free_port
+from agentrl.uvicorn_servers import serve_in_background
 
 HERE = Path(__file__).resolve().parent
 USER = [{"role": "user", "content": "hello"}]

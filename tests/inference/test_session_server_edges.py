@@ -17,9 +17,9 @@ import pytest
 from agentrl.inference.engines.embedded.engine import EmbeddedEngine
 from agentrl.inference.sessions.app import MAX_BODY_BYTES
 from agentrl.inference.sessions.server import start_session_server
-from agentrl.serving import DRAIN_BYTES
 from agentrl.testing.scripted_phrases import CALL_MUL, J_ADD
 from agentrl.testing.stdlib_http import declared_only, oversized_json, stdlib_post
+from agentrl.uvicorn_servers import DRAIN_BYTES
 
 HANG = 300.0  # seconds: only to turn a hang into a failure, never a speed check
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}},

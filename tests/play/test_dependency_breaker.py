@@ -25,8 +25,8 @@ from agentrl.play.dependency_breaker import (
     play_guarded,
 )
 from agentrl.play.failure_notes import FailureNotes
-from agentrl.serving import start_server_in_thread
 from agentrl.testing.ports import free_port
+from agentrl.uvicorn_servers import start_server_in_thread
 
 SLACK_S = 60  # a loaded box: ticks, probes and cancellation, never a speed claim
 

@@ -15,7 +15,7 @@ from starlette.requests import ClientDisconnect
 
 from agentrl.envs.server import mcp_rpc, wire
 from agentrl.envs.server.session_table import SessionCapacityError, SessionTable
-from agentrl.serving import BodyTooLarge, ClientGone, read_body
+from agentrl.uvicorn_servers import BodyTooLarge, ClientGone, read_body
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def _reply(body: dict, status: int = 200, *, close: bool = False) -> Response:
 
 async def _body(request: Request) -> bytes | None:
     """The request body, or None once it passes MAX_BODY_BYTES (the rest read and dropped up to a bound, so that
-    the client, done sending, reads the 413; see `serving.read_body`)."""
+    the client, done sending, reads the 413; see `uvicorn_servers.read_body`)."""
     try:
         return await read_body(request.receive, request.scope.get("headers"), MAX_BODY_BYTES)
     except BodyTooLarge:

@@ -135,7 +135,7 @@ def build_session_app(engine: Engine, tokenizer: Any = None, *, default_max_toke
     `tokenizer` renders the chat template (a tokenizer object or a folder; default `engine.tokenizer`).
     `store` lets the caller keep a handle on the sessions (also at `app.state.sessions`).
     A body over `max_body_bytes` answers 413 before more than that is read. `app.state.drain.begin(grace_s)`
-    (serving's `on_shutdown` hook) makes turns still running near the grace's end answer 503. `tool_format` names the parser of
+    (uvicorn_servers' `on_shutdown` hook) makes turns still running near the grace's end answer 503. `tool_format` names the parser of
     the model's tool calls (`model.tool_format`: `agentrl.models.tool_calls.PARSERS`).
     """
     parse_calls = tool_call_parser(tool_format)

@@ -2,7 +2,7 @@
 
 FastAPI's own limiter answers in its own format; this ASGI middleware reads the body itself, keeps
 at most `max_bytes` of it and hands the app the bytes it read. A larger body is read on and dropped
-(up to `serving.DRAIN_BYTES` more) before the 413 goes out, so a client that sends its whole body
+(up to `uvicorn_servers.DRAIN_BYTES` more) before the 413 goes out, so a client that sends its whole body
 before reading (Python's http.client) reads the 413 rather than a reset connection.
 """
 
@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from agentrl.config.inference import InferenceConfig
-from agentrl.serving import BodyTooLarge, ClientGone, read_body
+from agentrl.uvicorn_servers import BodyTooLarge, ClientGone, read_body
 
 MAX_BODY_BYTES: int = InferenceConfig.max_body_bytes
 

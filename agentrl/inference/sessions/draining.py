@@ -2,7 +2,7 @@
 
 When uvicorn shuts down it waits `timeout_graceful_shutdown` seconds for open requests, then cancels
 them, and a cancelled request is answered "Internal Server Error" as text. The server calls
-`Drain.begin(grace_s)` as shutdown starts (`agentrl.serving`'s `on_shutdown` hook); turns still
+`Drain.begin(grace_s)` as shutdown starts (`agentrl.uvicorn_servers`'s `on_shutdown` hook); turns still
 running shortly before that grace ends stop waiting (their engine request is cancelled, the session
 is left as it was) and answer 503 `{"error": ...}`, which uvicorn then sends before it closes.
 """

@@ -14,7 +14,7 @@ from typing import Any
 
 from agentrl.inference.sessions.app import MAX_BODY_BYTES, SessionStore, build_session_app
 from agentrl.inference.sessions.samples import Sample, assemble_sample
-from agentrl.serving import ThreadedServer
+from agentrl.uvicorn_servers import ThreadedServer
 
 
 class SessionServer:

@@ -96,7 +96,7 @@ def serve_locally(spec: str) -> tuple[str, LocalApp]:
     """(base URL, the app) of what `env.serve` names (an OpenEnv environment folder with its openenv.yaml, or
     `package.module:function` returning an ASGI app, e.g. the example's `app`), served on a free local port in a
     daemon thread for as long as this process runs."""
-    from agentrl.serving import start_server_in_thread
+    from agentrl.uvicorn_servers import start_server_in_thread
 
     served = local_app(spec)
     url, _ = start_server_in_thread(served.app, "127.0.0.1", 0)
