@@ -294,6 +294,8 @@ def build_plan(cfg: DictConfig, *, choices: dict[str, str | None], run_dir: Path
 
     if problem := teacher_problem(settings.trainer, bundle):
         raise PlanError(problem)
+    if note := lora_warm_start_note(settings):
+        notes.append(note)
     resume = plan_resume(settings, choices, trainer_cls)
     # Last: an MLflow store is opened only for a config that passed every check above.
     tracker = build(cfg.logger, "logger", output_root=settings.paths.output_root) if tracked else None
@@ -319,6 +321,22 @@ def typed_settings(cfg: DictConfig) -> RunConfig:
         if key == "model.path":
             raise PlanError(MISSING_MODEL_PATH) from None
         raise PlanError(f"{key} is not set: it has no default; set it, e.g. {key}=...") from None
+
+
+def lora_warm_start_note(settings: RunConfig) -> str | None:
+    """The plan's warning when an SFT warm start made on demand would train only a LoRA adapter: at a full
+    fine-tuning rate it teaches little (calc_smollm2 with model.lora: a warm start that taught no tool call)."""
+    from agentrl.config.trainer import WarmStartSettings
+
+    t = settings.trainer
+    if not (settings.model.lora.enabled and isinstance(t, WarmStartSettings)):
+        return None
+    ws = t.warm_start
+    if not ws.enabled or ws.checkpoint:
+        return None
+    return (f"the warm start trains only the LoRA adapter ({ws.steps} SFT steps at trainer.warm_start.lr={ws.lr:g}); "
+            "an adapter usually needs ~10x a full fine-tuning rate. docs/models.md, \"LoRA\": warm-start the whole "
+            "model (without model.lora), then give its folder as trainer.warm_start.checkpoint")
 
 
 def resolve_warm_start(cfg: DictConfig) -> None:

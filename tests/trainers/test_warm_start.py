@@ -176,3 +176,14 @@ def test_a_moved_home_keeps_its_warm_starts_and_one_keyed_by_the_old_path_is_sti
     run = b.settings
     assert model_key(run) == Path(run.model.path).name
     assert model_key(replace(run, model=replace(run.model, path=str(tmp_path / "m1")))) == str(tmp_path / "m1")
+
+
+def test_a_lora_warm_start_made_on_demand_is_warned_of(tmp_path: Path) -> None:
+    # An SFT warm start under model.lora trains only the adapter, at the warm start's full fine-tuning rate.
+    def warned(*overrides: str) -> bool:
+        return any("trains only the LoRA adapter" in n for n in _plan(tmp_path, "+recipe=gridsim_grpo", *overrides).notes)
+
+    assert warned("model.lora.enabled=true")
+    assert not warned("model.lora.enabled=true", f"trainer.warm_start.checkpoint={tmp_path}")  # a folder given
+    assert not warned("model.lora.enabled=true", "trainer.warm_start.enabled=false")
+    assert not warned()  # the whole model trains
