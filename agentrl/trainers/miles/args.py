@@ -20,7 +20,7 @@ from agentrl.config.schema import RunConfig
 from agentrl.config.trainer import MilesTrainerConfig, miles_algorithm_problem
 from agentrl.trainers.common.resume import resume_mode
 from agentrl.trainers.miles.hooks import AGENT_FUNCTION_ENV, DROP_NO_SIGNAL_ENV, MAX_DROPS_ENV
-from agentrl.trainers.miles.lora import lora_args, lora_problem
+from agentrl.trainers.miles.lora_flags import lora_args, lora_problem
 from agentrl.trainers.miles.rubric import launch_reward
 
 LAUNCHER_MODULE = "agentrl.trainers.miles.launcher"
