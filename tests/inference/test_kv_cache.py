@@ -107,10 +107,8 @@ def test_slab_cache_builds_appends_in_place_grows_trims_and_selects():
         if step < 2:
             assert all(layer.k_buf is b for layer, b in zip(cache.layers, buffers, strict=True))  # in place
     assert cache.layers[0].k_buf.shape[2] >= 9 + kv_cache.GROW - 1 and cache.get_seq_length() == 9
-    cache.trim(2)
-    assert cache.width == 7 and torch.equal(cache.layers[1].keys, expect[1][0][:, :, 2:])
-    picked = kv_cache.select(cache, torch.tensor([0, 3]), 1, headroom=4)
-    assert picked.width == 6 and picked.layers[0].k_buf.shape[2] == 10
+    picked = kv_cache.select(cache, torch.tensor([0, 3]), 3, headroom=4)
+    assert picked.get_seq_length() == 6 and picked.layers[0].k_buf.shape[2] == 10
     assert torch.equal(picked.layers[2].values, expect[2][1][[0, 3], :, 3:])
 
 

@@ -59,26 +59,12 @@ class SlabLayer(DynamicLayer):
         self.k_buf, self.v_buf, self.start, self.end = k, v, 0, width
         self._views()
 
-    def trim(self, columns: int) -> None:
-        """Drop the first `columns` filled columns (padding in every row): no copy."""
-        self.start += columns
-        self._views()
-
 
 class SlabCache(DynamicCache):
     """A `DynamicCache` whose layers are `SlabLayer`s (what the model's forward pass reads and updates)."""
 
     def __init__(self, layers: list[SlabLayer]) -> None:
         Cache.__init__(self, layers=layers)
-
-    @property
-    def width(self) -> int:
-        layer = self.layers[0]
-        return layer.end - layer.start
-
-    def trim(self, columns: int) -> None:
-        for layer in self.layers:
-            layer.trim(columns)
 
 
 def build(parts: Sequence[tuple[Sequence[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]],
