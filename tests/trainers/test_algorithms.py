@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from agentrl.agents.record import Rollout
-from agentrl.config.trainer import LOSSES, GRPOTrainerConfig
+from agentrl.config.algorithm import LOSSES
+from agentrl.config.trainer import GRPOTrainerConfig
 from agentrl.plan import PlanError, build_plan, typed_settings
 from agentrl.testing.config import compose_config
 from agentrl.trainers.grpo.learner import STEP_METRICS, Algorithm, Learner

@@ -155,7 +155,8 @@ def test_the_bound_and_policy_are_checked_and_the_old_key_names_its_heir() -> No
 
 
 def test_miles_refuses_k_at_plan_time_naming_its_flag() -> None:
-    from agentrl.config.trainer import MilesTrainerConfig, miles_algorithm_problem
+    from agentrl.config.algorithm import miles_algorithm_problem
+    from agentrl.config.trainer import MilesTrainerConfig
 
     problem = miles_algorithm_problem(MilesTrainerConfig(max_staleness=0))
     assert problem is None

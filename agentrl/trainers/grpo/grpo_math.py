@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agentrl.config.trainer import KL_ESTIMATORS, LOSSES, TIS_LEVELS, TIS_MODES
+from agentrl.config.algorithm import KL_ESTIMATORS, LOSSES, TIS_LEVELS, TIS_MODES
 
 SEQUENCE_LOSSES = ("gspo",)  # one ratio and one loss term per sample
 GROUP_ADVANTAGES = ("group_norm", "group_mean", "rloo")  # ADVANTAGES that need only the group keys

@@ -10,8 +10,9 @@ from typing import Any
 
 import torch
 
+from agentrl.config.algorithm import DEFAULT_ADVANTAGE, DEFAULT_CLIPS
 from agentrl.config.model import LoraConfig
-from agentrl.config.trainer import DEFAULT_ADVANTAGE, DEFAULT_CLIPS, GRPOTrainerConfig
+from agentrl.config.trainer import GRPOTrainerConfig
 from agentrl.devices import model_device
 from agentrl.trainers.common.forward import first_loss_column, next_token_logits
 from agentrl.trainers.common.lora import trainable_parameters

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from agentrl.config.algorithm import miles_algorithm_problem
 from agentrl.config.inference import SGLangInferenceConfig, VLLMInferenceConfig
 from agentrl.config.schema import RunConfig
-from agentrl.config.trainer import MilesTrainerConfig, miles_algorithm_problem
+from agentrl.config.trainer import MilesTrainerConfig
 from agentrl.trainers.common.resume import resume_mode
 from agentrl.trainers.miles.hooks import AGENT_FUNCTION_ENV, DROP_NO_SIGNAL_ENV, MAX_DROPS_ENV
 from agentrl.trainers.miles.lora_flags import lora_args, lora_problem

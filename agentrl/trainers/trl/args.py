@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentrl.config.algorithm import DEFAULT_ADVANTAGE
 from agentrl.config.schema import trainer_settings
-from agentrl.config.trainer import DEFAULT_ADVANTAGE, TRLTrainerConfig
+from agentrl.config.trainer import TRLTrainerConfig
 
 if TYPE_CHECKING:
     from agentrl.config.schema import RunConfig
